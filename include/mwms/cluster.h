@@ -1,0 +1,107 @@
+/// @file cluster.h
+/// Cluster configuration: ClusterSpec, TaskSpec and the resolver that turns TF_CONFIG, an `mpirun`
+/// environment, TF1-style flags or nothing at all into this process's rank, world size and ring.
+/// Follows TensorFlow's TFConfigClusterResolver and multi_worker_util (task id: chief -> 0, worker i
+/// -> i + number of chiefs; the chief, or worker 0 when there is no chief, is the leader).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mwms/api.h"
+
+namespace mwms {
+
+/// Job name -> ordered list of task addresses ("host:port", "[ipv6]:port" or "dns-name:port"),
+/// as in tf.train.ClusterSpec. Allowed job names: chief, worker, ps, evaluator.
+class MWMS_API ClusterSpec {
+ public:
+  ClusterSpec() = default;
+  /// Builds from a map; validates as from_json does. @throws BootstrapError on a bad spec.
+  explicit ClusterSpec(std::map<std::string, std::vector<std::string>> jobs);
+
+  /// Parses a JSON object {"worker": ["h:p", ...], "chief": [...], ...}; `where` names the source
+  /// in messages (e.g. "TF_CONFIG cluster"). Validates job names, address syntax (empty address,
+  /// missing/non-numeric port, port 0 or > 65535 are rejected naming `cluster.worker[1]`), at
+  /// most one chief and one evaluator, duplicated addresses, and loopback names mixed with routable
+  /// addresses. @throws BootstrapError.
+  static ClusterSpec from_json(std::string_view json, std::string_view where = "cluster");
+
+  /// Jobs in name order.
+  const std::map<std::string, std::vector<std::string>>& jobs() const noexcept { return jobs_; }
+  /// Number of tasks of `job` (0 when absent).
+  int num_tasks(std::string_view job) const;
+  /// Address of task `index` of `job`. @throws BootstrapError when out of range.
+  const std::string& task_address(std::string_view job, int index) const;
+  /// Canonical JSON (sorted keys, no spaces): two processes hold the same cluster iff these match.
+  std::string canonical_json() const;
+  /// 64-bit FNV-1a of canonical_json(), printed in hex in logs and errors.
+  std::string fingerprint() const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> jobs_;
+};
+
+/// This process's task: job name and index within it, as in TF_CONFIG's "task".
+struct MWMS_API TaskSpec {
+  std::string type;  ///< "chief", "worker", "evaluator" or "ps"
+  int index = 0;     ///< index within the job's list
+};
+
+/// Where a ResolvedCluster came from.
+enum class ClusterSource { kTfConfig, kMpi, kFlags, kExplicit, kDefault };
+
+/// What the bootstrap derived for this process. `ring` lists the training tasks' addresses in rank
+/// order (chief first, then workers in list order); for an MPI job it is empty until the
+/// rendezvous has exchanged endpoints.
+struct MWMS_API ResolvedCluster {
+  ClusterSpec cluster;
+  TaskSpec task;
+  int task_id = 0;          ///< rank in the ring (TF's id_in_cluster); 0 for an evaluator
+  int num_workers = 1;      ///< world size: chiefs + workers (1 for an evaluator)
+  bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief
+  bool in_ring = true;      ///< false for an evaluator: its own world of one, never joins the ring
+  std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
+  ClusterSource source = ClusterSource::kDefault;
+  std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
+  int local_rank = 0;             ///< rank among processes on this host (from mpirun when known)
+
+  /// "chief 0" / "worker 1" / "mpi rank 2" / "single process".
+  std::string task_name() const;
+  /// Name of the task holding `rank` ("chief 0", "worker 1", ...).
+  std::string task_name_of_rank(int rank) const;
+};
+
+/// Resolves a TF_CONFIG JSON string with TensorFlow's rules. `where` names the source in errors.
+/// Errors (all BootstrapError, naming task and address): malformed JSON, no "cluster" (naming the
+/// keys that were found, e.g. Kubeflow's "sparseCluster"), missing "task", task type not in the
+/// cluster, index out of range, two chiefs, a job name TF does not allow (a "master" job gets a hint
+/// to use "chief"), a process started as "ps" (all-reduce strategies use no parameter servers).
+/// An evaluator resolves to its own world of one (in_ring = false). Unknown keys
+/// ("environment", "rpc_layer", extra fields inside "task") are ignored.
+MWMS_API ResolvedCluster resolve_tf_config(std::string_view tf_config_json,
+                                           std::string_view where = "TF_CONFIG");
+
+/// TF1-style: `--job_name`, `--task_index` and a cluster spec JSON (either {"cluster": {...}} or
+/// the job map itself). Same rules and errors as resolve_tf_config.
+MWMS_API ResolvedCluster resolve_flags(std::string_view job_name, int task_index,
+                                       std::string_view cluster_spec_json);
+
+/// An explicit ClusterSpec and TaskSpec, validated with the same rules.
+MWMS_API ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task);
+
+/// From the process environment: TF_CONFIG when set and non-empty; otherwise an `mpirun`
+/// environment (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, or PMI_RANK / PMI_SIZE); otherwise
+/// one process, world size 1. @throws BootstrapError as resolve_tf_config does.
+MWMS_API ResolvedCluster resolve_from_environment();
+
+/// True for "localhost", "localhost.localdomain", "ip6-localhost", 127.0.0.0/8 and ::1 hosts.
+MWMS_API bool is_loopback_host(std::string_view host);
+
+/// Splits "host:port" / "[v6]:port" into host and port. @throws BootstrapError naming `where`.
+MWMS_API std::pair<std::string, int> split_address(std::string_view address,
+                                                   std::string_view where = "address");
+
+}  // namespace mwms

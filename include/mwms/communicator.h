@@ -1,0 +1,90 @@
+/// @file communicator.h
+/// Communicator: a ring of ranks and the collectives that run on it (all-reduce, reduce-scatter,
+/// all-gather, broadcast, barrier).
+///
+/// Contract (as in NCCL and MPI): every rank calls the same collectives in the same order with
+/// matching count, dtype, op and root. A mismatch is detected (each collective carries a sequence
+/// number and a description that both ends of every link check) and raised as
+/// CollectiveMismatchError rather than corrupting memory.
+///
+/// @code
+///   // correct: both ranks all-reduce 1024 floats, then broadcast
+///   comm->all_reduce(grad, 1024, DataType::kFloat32, ReduceOp::kSum);
+///   comm->broadcast(weights, n, DataType::kFloat32, /*root=*/0);
+///   // incorrect: rank 0 calls all_reduce while rank 1 calls broadcast -> CollectiveMismatchError
+/// @endcode
+///
+/// Thread safety: one thread at a time per communicator. Blocking: every call returns when this
+/// rank's part is complete, or throws within the deadline (CommunicatorOptions::timeout_seconds).
+/// After a TimeoutError or PeerError the communicator is poisoned: later calls throw InvalidUsage
+/// carrying the original cause. No call allocates once the scratch buffers have grown to the
+/// largest message seen.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mwms/api.h"
+#include "mwms/cluster.h"
+#include "mwms/options.h"
+#include "mwms/types.h"
+
+namespace mwms {
+
+class MWMS_API Communicator {
+ public:
+  /// Rendezvous with every task of `cluster` and forms the ring (TCP). Blocks until all ranks have
+  /// arrived or the connect timeout passes. World size 1 connects nothing.
+  /// @throws BootstrapError (peer never came up, naming task, address and time waited; listen port
+  ///   in use; cluster views that differ, naming the task whose view differs; evaluator or ps).
+  static std::unique_ptr<Communicator> create(const ResolvedCluster& cluster,
+                                              const CommunicatorOptions& options = {});
+
+  virtual ~Communicator();
+
+  /// This process's rank, in [0, world_size()).
+  virtual int rank() const noexcept = 0;
+  /// Number of ranks in the ring.
+  virtual int world_size() const noexcept = 0;
+  /// Number of collectives started so far (the next one's sequence number).
+  virtual std::uint64_t seq() const noexcept = 0;
+  /// The cluster this communicator was built from (ring filled in).
+  virtual const ResolvedCluster& cluster() const noexcept = 0;
+
+  /// In-place all-reduce of `count` elements at `buffer` (ring: reduce-scatter then all-gather,
+  /// chunked and pipelined). Any count, including 0 and counts not divisible by world_size().
+  /// float16/bfloat16 are reduced pairwise in float32 and rounded once per step (as NCCL does).
+  /// @throws InvalidArgument (null buffer with count > 0), TimeoutError, PeerError,
+  ///   CollectiveMismatchError, InvalidUsage (poisoned).
+  virtual void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) = 0;
+
+  /// Reduce-scatter (NCCL semantics): `send` holds world_size() * recv_count elements; rank r
+  /// receives the reduction of block r (elements [r*recv_count, (r+1)*recv_count)) into `recv`.
+  /// `recv` may alias block r of `send`. Throws as all_reduce.
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                              ReduceOp op) = 0;
+
+  /// All-gather (NCCL semantics): every rank contributes `send_count` elements; `recv` receives
+  /// world_size() * send_count elements, rank r's block at offset r * send_count. `send` may alias
+  /// block rank() of `recv`. Throws as all_reduce.
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count,
+                          DataType dtype) = 0;
+
+  /// Broadcast of `count` elements from rank `root` into `buffer` on every rank (pipelined ring).
+  /// @throws InvalidArgument (root out of range) and as all_reduce.
+  virtual void broadcast(void* buffer, std::size_t count, DataType dtype, int root) = 0;
+
+  /// Returns once every rank has entered the barrier. Throws as all_reduce.
+  virtual void barrier() = 0;
+
+  /// Sends an abort to the neighbours (best effort, never throws) and poisons this communicator;
+  /// peers blocked in a collective fail with PeerError naming this rank and `reason`.
+  virtual void abort(const std::string& reason) noexcept = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+}  // namespace mwms

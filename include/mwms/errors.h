@@ -1,0 +1,83 @@
+/// @file errors.h
+/// The one error model of libmwms: C++ exceptions rooted at mwms::Error, split by what the caller
+/// must rebuild (UCX's blast-radius classes). docs/errors.md says what to do with each.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "mwms/api.h"
+
+namespace mwms {
+
+/// Where an error happened. Fields that do not apply keep their "unset" value (-1 or empty) and are
+/// left out of the rendered text.
+struct MWMS_API ErrorContext {
+  int rank = -1;                  ///< this process's rank (TF task id), -1 before bootstrap
+  int world_size = -1;            ///< number of ranks in the ring
+  std::string task;               ///< this process's task, e.g. "worker 1"
+  int peer_rank = -1;             ///< the rank that failed or disagreed
+  std::string peer_address;       ///< its address (host:port) when known
+  std::string peer_task;          ///< its task, e.g. "chief 0"
+  std::string op;                 ///< collective or phase: "all_reduce", "rendezvous", ...
+  std::int64_t seq = -1;          ///< collective sequence number (0-based, per communicator)
+  std::string transport;          ///< "tcp", ...
+  std::int64_t bytes = -1;        ///< bytes involved in the failed transfer
+  double elapsed_seconds = -1;    ///< time spent before failing
+  double timeout_seconds = -1;    ///< the deadline that applied
+
+  /// One-line rendering: "rank 1/3 (worker 0), peer rank 2 (worker 1, host:p), op all_reduce, ...".
+  std::string to_string() const;
+};
+
+/// Root of every exception libmwms throws. what() = message + " [" + context + "]".
+class MWMS_API Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message, ErrorContext context = {});
+  /// The message without the rendered context.
+  const std::string& message() const noexcept { return message_; }
+  /// The structured context (rank, peer, op, seq, ...).
+  const ErrorContext& context() const noexcept { return context_; }
+
+ private:
+  std::string message_;
+  ErrorContext context_;
+};
+
+/// A caller bug (bad count, dtype, pointer, option, malformed configuration value); nothing was
+/// changed and nothing is broken: fix the call.
+class MWMS_API InvalidArgument : public Error { using Error::Error; };
+
+/// A call made in a state that does not allow it (e.g. a collective on a poisoned communicator).
+class MWMS_API InvalidUsage : public Error { using Error::Error; };
+
+/// TF_CONFIG, cluster resolution, rendezvous or ring formation failed (bad spec, port in use,
+/// peer never came up, differing cluster views). Fix the configuration and restart every task.
+class MWMS_API BootstrapError : public Error { using Error::Error; };
+
+/// An operation missed its deadline. The communicator is poisoned: rebuild it.
+class MWMS_API TimeoutError : public Error { using Error::Error; };
+
+/// A link to a peer failed (closed, reset, short read, corrupt frame, remote abort). The
+/// communicator is poisoned: rebuild it (usually: restart the job from a checkpoint).
+class MWMS_API PeerError : public Error { using Error::Error; };
+
+/// Ranks called collectives that do not match (op, dtype, count, reduce op, root or sequence).
+/// This is a bug in the calling program; the communicator is poisoned.
+class MWMS_API CollectiveMismatchError : public Error { using Error::Error; };
+
+/// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno, ...).
+class MWMS_API BackendError : public Error {
+ public:
+  BackendError(const std::string& message, int native_code, ErrorContext context = {});
+  int native_code() const noexcept { return native_code_; }
+
+ private:
+  int native_code_;
+};
+
+/// A libmwms invariant broke (a bug in libmwms). Please report it with the message.
+class MWMS_API InternalError : public Error { using Error::Error; };
+
+}  // namespace mwms

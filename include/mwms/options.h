@@ -1,0 +1,42 @@
+/// @file options.h
+/// Options structs (never positional booleans). Strategy-level names follow
+/// tf.distribute.experimental.CommunicationOptions.
+#pragma once
+
+#include <cstddef>
+
+#include "mwms/api.h"
+
+namespace mwms {
+
+/// Which cross-worker all-reduce implementation to use (tf.distribute.experimental
+/// .CommunicationImplementation). kAuto picks the best available; kRing forces the ring over TCP;
+/// kNccl needs GPU buffers and a build with NCCL.
+enum class Implementation { kAuto, kRing, kNccl };
+
+/// tf.distribute.experimental.CommunicationOptions.
+struct MWMS_API CommunicationOptions {
+  /// Implementation to use; kAuto by default.
+  Implementation implementation = Implementation::kAuto;
+  /// Gradients are packed into buckets of at most this many bytes, one all-reduce per bucket.
+  /// 0 lets the library choose (MWMS_BYTES_PER_PACK, default 4 MiB); a tensor larger than a pack
+  /// gets a bucket of its own.
+  std::size_t bytes_per_pack = 0;
+  /// Deadline for every collective, in seconds. <= 0 uses MWMS_TIMEOUT_SECONDS (default 300).
+  double timeout_seconds = 0;
+};
+
+/// Options of a Communicator (lower level than CommunicationOptions).
+struct MWMS_API CommunicatorOptions {
+  /// Deadline for every blocking wait of a collective, in seconds; <= 0 uses MWMS_TIMEOUT_SECONDS.
+  double timeout_seconds = 0;
+  /// How long bootstrap keeps retrying to reach peers, in seconds; <= 0 uses
+  /// MWMS_CONNECT_TIMEOUT_SECONDS (default 60).
+  double connect_timeout_seconds = 0;
+  /// Pipeline chunk of the ring algorithms, in bytes; 0 uses MWMS_CHUNK_BYTES (default 256 KiB).
+  std::size_t chunk_bytes = 0;
+  /// Implementation; kAuto and kRing both select the TCP ring today.
+  Implementation implementation = Implementation::kAuto;
+};
+
+}  // namespace mwms

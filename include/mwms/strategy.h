@@ -1,0 +1,109 @@
+/// @file strategy.h
+/// MultiWorkerMirroredStrategy: synchronous data-parallel training across workers, after
+/// tf.distribute.MultiWorkerMirroredStrategy. Each worker holds a mirror of every variable (initial
+/// values broadcast from the chief), runs a step on its shard of the global batch, and the
+/// gradients are packed into buckets of `bytes_per_pack` and all-reduced after each step, so every
+/// worker applies the same update.
+///
+/// On the CPU each worker has one local replica, so num_replicas_in_sync() == number of workers.
+///
+/// Equivalence contract: with per-replica gradients computed as sum(loss_i) / global_batch_size over
+/// the replica's shard (TF's compute_average_loss) and all_reduce_gradients(..., ReduceOp::kSum),
+/// N workers end with the same weights as one worker on the same global batch, up to float
+/// rounding. With ReduceOp::kMean and equal shards the result is the same.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mwms/api.h"
+#include "mwms/cluster.h"
+#include "mwms/communicator.h"
+#include "mwms/options.h"
+#include "mwms/types.h"
+
+namespace mwms {
+
+/// A caller-owned tensor: `count` elements of `dtype` at `data` (not copied, not freed).
+struct MWMS_API TensorRef {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+/// What a replica function sees (tf.distribute.ReplicaContext).
+struct MWMS_API ReplicaContext {
+  int replica_id_in_sync_group = 0;  ///< global replica id, in [0, num_replicas_in_sync)
+  int num_replicas_in_sync = 1;
+};
+
+/// Half-open range [begin, end) of rows of a global batch (or of a dataset) owned by this worker.
+struct MWMS_API Shard {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const noexcept { return end - begin; }
+};
+
+class MWMS_API MultiWorkerMirroredStrategy {
+ public:
+  /// Resolves the cluster from the environment (TF_CONFIG, then mpirun, then a single process) and
+  /// forms the ring. @throws BootstrapError as Communicator::create does.
+  explicit MultiWorkerMirroredStrategy(const CommunicationOptions& options = {});
+  /// Uses an already resolved cluster (e.g. from resolve_flags). @throws BootstrapError.
+  MultiWorkerMirroredStrategy(const ResolvedCluster& cluster,
+                              const CommunicationOptions& options = {});
+  ~MultiWorkerMirroredStrategy();
+  MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategy&) = delete;
+  MultiWorkerMirroredStrategy& operator=(const MultiWorkerMirroredStrategy&) = delete;
+
+  /// Total replicas across all workers (workers x local replicas; 1 local replica on the CPU).
+  int num_replicas_in_sync() const noexcept;
+  /// Number of workers in the ring (TF: multi_worker_util.worker_count).
+  int num_workers() const noexcept;
+  /// This worker's rank / TF task id.
+  int worker_index() const noexcept;
+  /// True on the leader (chief, or worker 0 without a chief): checkpoints and logs.
+  bool is_chief() const noexcept;
+  /// The resolved cluster.
+  const ResolvedCluster& cluster() const noexcept;
+  /// Options in effect (bytes_per_pack and timeout_seconds resolved to their effective values).
+  const CommunicationOptions& options() const noexcept;
+  /// The communicator underneath (for custom collectives).
+  Communicator& communicator();
+
+  /// Mirrors variables: overwrites each tensor on every worker with the chief's value (one
+  /// broadcast per bucket of bytes_per_pack). Collective: every worker calls it with the same
+  /// shapes. @throws as Communicator::broadcast.
+  void broadcast_variables(const std::vector<TensorRef>& variables);
+
+  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run).
+  /// Exceptions from `fn` propagate.
+  void run(const std::function<void(const ReplicaContext&)>& fn);
+
+  /// All-reduces gradients in place: tensors are packed, in order, into buckets of at most
+  /// bytes_per_pack bytes (a larger tensor is reduced on its own, in place), one all-reduce per
+  /// bucket. Every worker must pass the same list of shapes and dtypes. @throws InvalidArgument (null
+  /// data) and as Communicator::all_reduce.
+  void all_reduce_gradients(const std::vector<TensorRef>& gradients,
+                            ReduceOp op = ReduceOp::kMean);
+
+  /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar).
+  double reduce(ReduceOp op, double value);
+
+  /// This worker's rows of a global batch of `global_batch_size` rows: contiguous, sizes differ by
+  /// at most one (the first global_batch_size % workers workers get one more).
+  Shard batch_shard(std::size_t global_batch_size) const noexcept;
+
+  /// Seconds spent inside all_reduce_gradients so far (wall clock).
+  double allreduce_seconds() const noexcept;
+  /// Bytes all-reduced by all_reduce_gradients so far.
+  std::size_t allreduce_bytes() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mwms

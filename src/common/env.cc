@@ -1,0 +1,103 @@
+#include "common/env.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "mwms/errors.h"
+
+extern char** environ;
+
+namespace mwms::common {
+
+const std::vector<EnvVarInfo>& env_registry() {
+  static const std::vector<EnvVarInfo> registry = {
+      {"MWMS_LOG_LEVEL", EnvType::kEnum, "warn", "off|error|warn|info|debug|trace",
+       "Logging threshold. info prints the resolved cluster, the ring and every MWMS_ variable."},
+      {"MWMS_LOG_SUBSYS", EnvType::kString, "INIT,BOOT,ENV,RING",
+       "INIT,BOOT,RING,NET,COLL,KERNEL,STRAT,ENV,ALLOC or ALL",
+       "Comma list of subsystems to log; a leading ^ inverts the list."},
+      {"MWMS_LOG_FILE", EnvType::kString, "", "path with %h %p %r",
+       "Write logs to this file instead of stderr (%h host, %p pid, %r rank)."},
+      {"MWMS_TIMEOUT_SECONDS", EnvType::kDouble, "300", "> 0",
+       "Deadline of every collective wait when CommunicationOptions.timeout_seconds is not set."},
+      {"MWMS_CONNECT_TIMEOUT_SECONDS", EnvType::kDouble, "60", "> 0",
+       "How long the rendezvous retries to reach peers before failing."},
+      {"MWMS_CHUNK_BYTES", EnvType::kInt, "262144", ">= 4096",
+       "Pipeline chunk of the ring algorithms, in bytes."},
+      {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
+       "Default gradient bucket size of the strategy, in bytes."},
+      {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",
+       "How long a wait polls without blocking before sleeping in poll(2)."},
+  };
+  return registry;
+}
+
+namespace {
+
+const EnvVarInfo& find_var(std::string_view name) {
+  for (const auto& var : env_registry()) {
+    if (name == var.name) return var;
+  }
+  throw InternalError("environment variable " + std::string(name) + " is not in the registry");
+}
+
+// Values are read once per process; later changes to the environment are ignored on purpose.
+std::string read_once(std::string_view name) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string, std::less<>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  const EnvVarInfo& var = find_var(name);
+  const char* raw = std::getenv(var.name);
+  std::string value = (raw != nullptr && *raw != '\0') ? raw : var.default_value;
+  if (var.type == EnvType::kEnum) {
+    std::string allowed = std::string("|") + var.allowed + "|";
+    if (allowed.find("|" + value + "|") == std::string::npos) {
+      throw InvalidArgument(std::string(var.name) + "=" + value + " is not one of " + var.allowed);
+    }
+  }
+  cache.emplace(std::string(name), value);
+  return value;
+}
+
+}  // namespace
+
+std::string env_string(std::string_view name) { return read_once(name); }
+
+long long env_int(std::string_view name) {
+  std::string value = read_once(name);
+  char* end = nullptr;
+  long long parsed = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || end == nullptr || *end != '\0') {
+    throw InvalidArgument(std::string(name) + "=" + value + " is not an integer");
+  }
+  return parsed;
+}
+
+double env_double(std::string_view name) {
+  std::string value = read_once(name);
+  char* end = nullptr;
+  double parsed = std::strtod(value.c_str(), &end);
+  if (value.empty() || end == nullptr || *end != '\0') {
+    throw InvalidArgument(std::string(name) + "=" + value + " is not a number");
+  }
+  return parsed;
+}
+
+std::vector<std::string> unknown_env_vars() {
+  std::vector<std::string> unknown;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view kv(*entry);
+    if (kv.rfind("MWMS_", 0) != 0) continue;
+    std::string_view name = kv.substr(0, kv.find('='));
+    bool known = false;
+    for (const auto& var : env_registry()) known = known || name == var.name;
+    if (!known) unknown.emplace_back(name);
+  }
+  return unknown;
+}
+
+}  // namespace mwms::common
