@@ -1,0 +1,267 @@
+#include "bootstrap/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "common/logging.h"
+#include "mwms/errors.h"
+
+namespace mwms::bootstrap {
+
+namespace {
+
+using common::Deadline;
+using common::IoResult;
+using common::IoStatus;
+using nlohmann::json;
+
+constexpr std::uint32_t kMagic = 0x424D574D;  // "MWMB" little-endian
+constexpr std::uint32_t kVersion = 1;
+
+struct MessageHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint32_t kind;
+  std::uint32_t length;
+};
+
+std::string fmt_seconds(double s) {
+  std::ostringstream out;
+  out.precision(1);
+  out << std::fixed << s << " s";
+  return out.str();
+}
+
+ErrorContext context_of(const ResolvedCluster& c, int peer = -1) {
+  ErrorContext ctx;
+  ctx.rank = c.task_id;
+  ctx.world_size = c.num_workers;
+  ctx.task = c.task_name();
+  ctx.op = "rendezvous";
+  if (peer >= 0) {
+    ctx.peer_rank = peer;
+    ctx.peer_task = c.task_name_of_rank(peer);
+    if (peer < static_cast<int>(c.ring.size())) ctx.peer_address = c.ring[peer];
+  }
+  return ctx;
+}
+
+std::string local_hostname() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// MPI jobs have no addresses in a spec: listen on a free port and exchange "host:port" through
+// MPI. When every rank runs on one host, loopback is used (hostnames may not resolve here).
+void fill_ring_through_mpi(ResolvedCluster* c, const common::Socket& listener) {
+  std::string host = local_hostname();
+  std::string mine = host + ":" + std::to_string(common::local_port(listener));
+  std::vector<std::string> all = mpi_allgather_strings(mine);
+  if (static_cast<int>(all.size()) != c->num_workers) {
+    throw BootstrapError("MPI world size " + std::to_string(all.size()) +
+                         " differs from OMPI_COMM_WORLD_SIZE " + std::to_string(c->num_workers),
+                         context_of(*c));
+  }
+  bool one_host = true;
+  for (const auto& e : all) one_host = one_host && e.substr(0, e.rfind(':')) == host;
+  c->ring.clear();
+  for (const auto& e : all) c->ring.push_back(one_host ? "127.0.0.1" + e.substr(e.rfind(':')) : e);
+}
+
+common::Socket open_listener(ResolvedCluster* c) {
+  int port = 0;
+  if (c->source != ClusterSource::kMpi) port = split_address(c->ring[c->task_id]).second;
+  int error = 0;
+  common::Socket listener = common::listen_tcp(port, &error);
+  if (!listener.valid()) {
+    std::string why = std::strerror(error);
+    if (error == EADDRINUSE) {
+      why = "address already in use: another process (an older run of this job?) holds port " +
+            std::to_string(port);
+    }
+    std::string address = c->ring.empty() ? std::string("an ephemeral port") : c->ring[c->task_id];
+    throw BootstrapError(c->task_name() + " cannot listen on port " + std::to_string(port) +
+                             " (its address " + address + " from " +
+                             c->source_detail + "): " + why,
+                         context_of(*c));
+  }
+  if (c->source == ClusterSource::kMpi) fill_ring_through_mpi(c, listener);
+  return listener;
+}
+
+json hello_of(const ResolvedCluster& c) {
+  return json{{"rank", c.task_id},
+              {"world_size", c.num_workers},
+              {"task", c.task_name()},
+              {"address", c.ring[c.task_id]},
+              {"cluster", c.source == ClusterSource::kMpi ? std::string() : c.cluster.canonical_json()},
+              {"host", local_hostname()},
+              {"pid", static_cast<int>(::getpid())}};
+}
+
+// Checks one hello against the leader's own view; returns an error text or "".
+std::string check_hello(const ResolvedCluster& c, const json& h, const std::vector<bool>& seen) {
+  int rank = h.value("rank", -1);
+  int world = h.value("world_size", -1);
+  std::string task = h.value("task", std::string("?"));
+  std::string address = h.value("address", std::string("?"));
+  std::string who = task + " (" + address + ", rank " + std::to_string(rank) + ")";
+  std::string theirs = h.value("cluster", std::string());
+  std::string ours = c.source == ClusterSource::kMpi ? std::string() : c.cluster.canonical_json();
+  if (theirs != ours) {
+    return "cluster specs differ: " + who + " holds " + theirs + " but " + c.task_name() + " (" +
+           c.ring[0] + ") holds " + ours + "; every task must be started with the same cluster";
+  }
+  if (world != c.num_workers) {
+    return who + " counts " + std::to_string(world) + " workers but " + c.task_name() +
+           " counts " + std::to_string(c.num_workers);
+  }
+  if (rank <= 0 || rank >= c.num_workers) {
+    return who + " claims rank " + std::to_string(rank) + ", outside [1, " +
+           std::to_string(c.num_workers) + ")";
+  }
+  if (seen[rank]) return "two processes claim to be " + who + "; each task must run once";
+  return "";
+}
+
+// Leader side: collect a hello from every other rank, then answer all of them at once.
+void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline deadline,
+                  double timeout) {
+  int n = c->num_workers;
+  std::vector<common::Socket> conns(n);
+  std::vector<bool> seen(n, false);
+  std::string error;
+  int arrived = 1;
+  while (arrived < n && error.empty()) {
+    IoResult r;
+    common::Socket s = common::accept_until(listener, deadline, &r);
+    if (!s.valid()) break;  // deadline passed: reported below with the missing ranks
+    MessageKind kind;
+    std::string text;
+    IoResult m = recv_message(s.fd(), &kind, &text, std::min(deadline, common::deadline_after(10)));
+    if (m.status != IoStatus::kOk || kind != MessageKind::kHello) {
+      MWMS_LOG_WARN(kBoot, "ignoring a connection that sent no valid hello: " << m.describe());
+      continue;
+    }
+    json h = json::parse(text, nullptr, false);
+    if (h.is_discarded()) continue;
+    error = check_hello(*c, h, seen);
+    int rank = h.value("rank", -1);
+    if (error.empty()) {
+      seen[rank] = true;
+      conns[rank] = std::move(s);
+      ++arrived;
+      MWMS_LOG_DEBUG(kBoot, "rendezvous: " << h.value("task", "?") << " arrived");
+    } else {
+      send_message(s.fd(), MessageKind::kReply, json{{"ok", false}, {"error", error}}.dump(),
+                   common::deadline_after(5));
+    }
+  }
+  if (error.empty() && arrived < n) {
+    std::string missing;
+    for (int r = 1; r < n; ++r) {
+      if (!seen[r]) missing += (missing.empty() ? "" : ", ") + c->task_name_of_rank(r) + " (" + c->ring[r] + ")";
+    }
+    error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
+            " for every task to join the rendezvous; never arrived: " + missing;
+  }
+  json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}} : json{{"ok", false}, {"error", error}};
+  for (int r = 1; r < n; ++r) {
+    if (conns[r].valid()) send_message(conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
+  }
+  if (!error.empty()) throw BootstrapError(error, context_of(*c));
+}
+
+// Follower side: reach the leader, introduce ourselves, receive the ring or the job's error.
+void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
+  auto [host, port] = split_address(c->ring[0]);
+  std::string last_error;
+  auto start = common::Clock::now();
+  common::Socket s = common::connect_tcp(host, port, deadline, &last_error);
+  if (!s.valid()) {
+    throw BootstrapError(c->task_name() + " could not reach " + c->task_name_of_rank(0) + " at " +
+                             c->ring[0] + " for " + fmt_seconds(timeout) + " (last error: " +
+                             last_error + "); is that task running with the same cluster?",
+                         context_of(*c, 0));
+  }
+  IoResult w = send_message(s.fd(), MessageKind::kHello, hello_of(*c).dump(), deadline);
+  MessageKind kind;
+  std::string text;
+  // The leader answers once every rank has arrived, which can take up to its own timeout.
+  IoResult r = w.status == IoStatus::kOk
+                   ? recv_message(s.fd(), &kind, &text, common::deadline_after(timeout + 10))
+                   : w;
+  if (r.status != IoStatus::kOk) {
+    double waited = std::chrono::duration<double>(common::Clock::now() - start).count();
+    throw BootstrapError(c->task_name() + " got no rendezvous answer from " +
+                             c->task_name_of_rank(0) + " at " + c->ring[0] + " after " +
+                             fmt_seconds(waited) + ": " + r.describe(),
+                         context_of(*c, 0));
+  }
+  json reply = json::parse(text, nullptr, false);
+  if (reply.is_discarded() || !reply.value("ok", false)) {
+    std::string why = reply.is_discarded() ? "malformed answer" : reply.value("error", std::string("?"));
+    throw BootstrapError("rendezvous failed: " + why, context_of(*c, 0));
+  }
+  c->ring = reply.at("ring").get<std::vector<std::string>>();
+}
+
+void log_ring(const ResolvedCluster& c) {
+  if (!c.is_chief) return;
+  MWMS_LOG_INFO(kBoot, "cluster from " << c.source_detail << ", world size " << c.num_workers
+                                       << ", fingerprint " << c.cluster.fingerprint());
+  for (int r = 0; r < static_cast<int>(c.ring.size()); ++r) {
+    MWMS_LOG_INFO(kBoot, "ring position " << r << " task " << c.task_name_of_rank(r)
+                                          << " address " << c.ring[r]);
+  }
+}
+
+}  // namespace
+
+IoResult send_message(int fd, MessageKind kind, const std::string& text, Deadline deadline) {
+  MessageHeader h{kMagic, kVersion, static_cast<std::uint32_t>(kind),
+                  static_cast<std::uint32_t>(text.size())};
+  IoResult r = common::write_exact(fd, &h, sizeof(h), deadline);
+  if (r.status != IoStatus::kOk) return r;
+  return common::write_exact(fd, text.data(), text.size(), deadline);
+}
+
+IoResult recv_message(int fd, MessageKind* kind, std::string* text, Deadline deadline) {
+  MessageHeader h{};
+  IoResult r = common::read_exact(fd, &h, sizeof(h), deadline);
+  if (r.status != IoStatus::kOk) return r;
+  if (h.magic != kMagic || h.version != kVersion || h.length > kMaxMessageBytes) {
+    return {IoStatus::kError, EPROTO};
+  }
+  *kind = static_cast<MessageKind>(h.kind);
+  text->assign(h.length, '\0');
+  return common::read_exact(fd, text->data(), h.length, deadline);
+}
+
+RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_seconds) {
+  RendezvousResult out{in, common::Socket()};
+  ResolvedCluster& c = out.cluster;
+  common::set_log_rank(c.task_id, c.num_workers);
+  if (c.num_workers <= 1 || !c.in_ring) {
+    log_ring(c);
+    return out;
+  }
+  Deadline deadline = common::deadline_after(connect_timeout_seconds);
+  out.listener = open_listener(&c);
+  if (c.task_id == 0) {
+    serve_hellos(&c, out.listener, deadline, connect_timeout_seconds);
+  } else {
+    join_leader(&c, deadline, connect_timeout_seconds);
+  }
+  log_ring(c);
+  return out;
+}
+
+}  // namespace mwms::bootstrap

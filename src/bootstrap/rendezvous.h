@@ -1,0 +1,41 @@
+// TCP rendezvous (DESIGN "Bootstrap"): every rank listens at its own address; rank 0 (the leader)
+// collects one hello per rank, compares each rank's view of the cluster with its own, and answers
+// every rank with the ring (addresses in rank order) or with the one error that explains why the
+// job cannot start. The listener stays open for the transport's ring connections.
+#pragma once
+
+#include <string>
+
+#include "common/socket.h"
+#include "mwms/cluster.h"
+
+namespace mwms::bootstrap {
+
+struct RendezvousResult {
+  ResolvedCluster cluster;   // ring filled in (for MPI jobs: the endpoints exchanged)
+  common::Socket listener;   // listening at cluster.ring[rank]; invalid for world size 1
+};
+
+/// Runs the rendezvous for `cluster` within `connect_timeout_seconds`.
+/// @throws BootstrapError naming task and address: listen port in use, leader unreachable, ranks
+///   that never arrived (with the time waited), a rank whose cluster differs (naming it).
+RendezvousResult rendezvous(const ResolvedCluster& cluster, double connect_timeout_seconds);
+
+/// Length-prefixed JSON message used by the rendezvous and the ring handshake:
+/// magic "MWMB", version, kind, length (bounded by kMaxMessageBytes) then the JSON text.
+enum class MessageKind : std::uint32_t { kHello = 1, kReply = 2, kRingData = 3, kRingControl = 4 };
+constexpr std::size_t kMaxMessageBytes = 4u << 20;
+
+/// Sends one message; returns the I/O result.
+common::IoResult send_message(int fd, MessageKind kind, const std::string& json,
+                              common::Deadline deadline);
+/// Receives one message; sets *kind and *json. A bad magic/version/length gives kError with
+/// error = EPROTO.
+common::IoResult recv_message(int fd, MessageKind* kind, std::string* json,
+                              common::Deadline deadline);
+
+/// Exchanges `mine` among all MPI ranks (MPI_Allgather), initialising MPI when needed (and then
+/// finalising it again). @throws BootstrapError when built without MPI or MPI fails.
+std::vector<std::string> mpi_allgather_strings(const std::string& mine);
+
+}  // namespace mwms::bootstrap

@@ -1,0 +1,145 @@
+// mwms-doctor: prints what the bootstrap resolves for this process (task, rank, world size, leader,
+// ring, cluster fingerprint) without starting anything, so a TF_CONFIG can be checked on each host
+// before a job is launched. Exit status: 0 resolved, 2 configuration error, 1 anything else.
+//
+//   mwms-doctor                       # TF_CONFIG, else mpirun environment, else single process
+//   mwms-doctor --tf_config tf.json   # a TF_CONFIG value stored in a file
+//   mwms-doctor --job_name worker --task_index 1 --cluster_spec cluster.json
+//   mwms-doctor --json                # one JSON object for scripts
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "mwms/cluster.h"
+#include "mwms/errors.h"
+
+namespace {
+
+const char* source_name(mwms::ClusterSource source) {
+  switch (source) {
+    case mwms::ClusterSource::kTfConfig:
+      return "tf_config";
+    case mwms::ClusterSource::kMpi:
+      return "mpi";
+    case mwms::ClusterSource::kFlags:
+      return "flags";
+    case mwms::ClusterSource::kExplicit:
+      return "explicit";
+    case mwms::ClusterSource::kDefault:
+      return "default";
+  }
+  return "unknown";
+}
+
+std::string read_file(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw mwms::BootstrapError(flag + " " + path + ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+nlohmann::json to_json(const mwms::ResolvedCluster& r) {
+  return nlohmann::json{{"task_type", r.task.type},
+                        {"task_index", r.task.index},
+                        {"task_id", r.task_id},
+                        {"num_workers", r.num_workers},
+                        {"is_chief", r.is_chief},
+                        {"in_ring", r.in_ring},
+                        {"ring", r.ring},
+                        {"source", source_name(r.source)},
+                        {"fingerprint", r.cluster.fingerprint()}};
+}
+
+void print_human(const mwms::ResolvedCluster& r) {
+  std::cout << "source:      " << source_name(r.source) << " (" << r.source_detail << ")\n";
+  std::cout << "task:        " << r.task_name() << "\n";
+  if (!r.in_ring) {
+    std::cout << "role:        evaluator: outside the training ring, its own world of one\n";
+  } else {
+    std::cout << "rank:        " << r.task_id << " of " << r.num_workers << " (world size "
+              << r.num_workers << ")\n";
+    std::cout << "leader:      "
+              << (r.is_chief ? "yes (writes checkpoints and summaries)"
+                             : "no (" + r.task_name_of_rank(0) + " leads)")
+              << "\n";
+  }
+  if (r.source == mwms::ClusterSource::kMpi) {
+    std::cout << "local rank:  " << r.local_rank << "\n";
+    std::cout << "ring:        formed at start-up from the endpoints exchanged through MPI\n";
+  } else if (r.ring.empty()) {
+    std::cout << "ring:        none (a single process)\n";
+  } else {
+    std::cout << "ring:\n";
+    for (std::size_t i = 0; i < r.ring.size(); ++i) {
+      int rank = static_cast<int>(i);
+      std::string name = r.in_ring ? r.task_name_of_rank(rank) : r.task_name();
+      bool self = r.in_ring ? rank == r.task_id : true;
+      std::cout << "  rank " << rank << "  " << name << "  " << r.ring[i]
+                << (self ? "  <- this process" : "") << "\n";
+    }
+  }
+  for (const auto& [job, addresses] : r.cluster.jobs()) {
+    if (job == "ps") {
+      std::cout << "note:        " << addresses.size()
+                << " ps task(s) in the cluster are not used by an all-reduce strategy\n";
+    }
+  }
+  std::cout << "cluster:     " << r.cluster.canonical_json() << "\n";
+  std::cout << "fingerprint: " << r.cluster.fingerprint() << " (must match on every task)\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mwms-doctor: shows what libmwms resolves from TF_CONFIG, mpirun or flags"};
+  std::string tf_config_file;
+  std::string job_name;
+  int task_index = 0;
+  std::string cluster_spec_file;
+  bool json = false;
+  auto* tf_opt = app.add_option("--tf_config", tf_config_file,
+                                "file holding a TF_CONFIG value (instead of the environment)");
+  auto* job_opt = app.add_option("--job_name", job_name, "TF1-style job name (chief, worker, ...)");
+  auto* index_opt = app.add_option("--task_index", task_index, "TF1-style task index");
+  auto* spec_opt =
+      app.add_option("--cluster_spec", cluster_spec_file,
+                     "file holding a cluster spec JSON (job map or {\"cluster\":...})");
+  app.add_flag("--json", json, "print one JSON object instead of a summary");
+  job_opt->needs(index_opt)->needs(spec_opt);
+  index_opt->needs(job_opt);
+  spec_opt->needs(job_opt);
+  tf_opt->excludes(job_opt)->excludes(index_opt)->excludes(spec_opt);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    mwms::ResolvedCluster resolved;
+    if (!tf_config_file.empty()) {
+      std::string where = "--tf_config " + tf_config_file;
+      resolved = mwms::resolve_tf_config(read_file(tf_config_file, "--tf_config"), where);
+    } else if (*job_opt) {
+      resolved =
+          mwms::resolve_flags(job_name, task_index, read_file(cluster_spec_file, "--cluster_spec"));
+      resolved.source_detail += " (" + cluster_spec_file + ")";
+    } else {
+      resolved = mwms::resolve_from_environment();
+    }
+    if (json) {
+      std::cout << to_json(resolved).dump() << std::endl;
+    } else {
+      print_human(resolved);
+    }
+    return 0;
+  } catch (const mwms::Error& e) {
+    std::cerr << "mwms-doctor: error: " << e.what() << std::endl;
+    if (json) std::cout << nlohmann::json{{"error", e.what()}}.dump() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "mwms-doctor: unexpected failure: " << e.what() << std::endl;
+    if (json) std::cout << nlohmann::json{{"error", e.what()}}.dump() << std::endl;
+    return 1;
+  }
+}

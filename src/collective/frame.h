@@ -1,0 +1,55 @@
+// Wire frame of every ring transfer. Note [frame header]: each transfer of a collective is one
+// header followed by exactly `payload_bytes` of payload. The receiver knows what it expects
+// (kind, dtype, op, seq, step, count, root, payload size) and checks every field before the
+// payload is used, so a rank that called a different collective, or a corrupt stream, is reported
+// instead of corrupting memory. Nothing is allocated from a length read off the wire.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mwms/errors.h"
+#include "mwms/types.h"
+
+namespace mwms::collective {
+
+enum class CollectiveKind : std::uint8_t {
+  kAllReduce = 1,
+  kReduceScatter = 2,
+  kAllGather = 3,
+  kBroadcast = 4,
+  kBarrier = 5,
+  kAbort = 0x7f,  // on the control connection only
+};
+
+constexpr std::uint32_t kFrameMagic = 0x464D574D;  // "MWMF" little-endian
+constexpr std::uint16_t kFrameVersion = 1;
+constexpr std::size_t kMaxAbortReasonBytes = 4096;
+
+#pragma pack(push, 1)
+struct FrameHeader {
+  std::uint32_t magic = kFrameMagic;
+  std::uint16_t version = kFrameVersion;
+  std::uint8_t kind = 0;
+  std::uint8_t dtype = 0;
+  std::uint8_t op = 0;
+  std::uint8_t reserved[3] = {0, 0, 0};
+  std::int32_t step = 0;
+  std::int32_t root = -1;   // broadcast root; for kAbort the rank that failed
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;  // elements of the whole collective, as the caller passed them
+  std::uint64_t payload_bytes = 0;
+};
+#pragma pack(pop)
+static_assert(sizeof(FrameHeader) == 44, "frame header layout is part of the wire protocol");
+
+/// "all_reduce", "broadcast", ...
+const char* kind_name(CollectiveKind kind);
+/// "all_reduce(count 10, float32, sum)" as the peer described it in `h`.
+std::string describe(const FrameHeader& h);
+
+/// Checks `got` (from peer `ctx.peer_rank`) against `expected`. @throws PeerError for a bad magic
+/// or version (corrupt stream), CollectiveMismatchError when the calls differ.
+void check_frame(const FrameHeader& expected, const FrameHeader& got, const ErrorContext& ctx);
+
+}  // namespace mwms::collective

@@ -1,0 +1,245 @@
+#include "common/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace mwms::common {
+
+double seconds_left(Deadline d) {
+  return std::chrono::duration<double>(d - Clock::now()).count();
+}
+
+Deadline deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+void Socket::close() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string IoResult::describe() const {
+  switch (status) {
+    case IoStatus::kOk: return "ok";
+    case IoStatus::kTimeout: return "timed out";
+    case IoStatus::kClosed: return "connection closed by peer";
+    case IoStatus::kError: return std::strerror(error);
+  }
+  return "unknown";
+}
+
+namespace {
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+
+int poll_ms(Deadline deadline) {
+  double left = seconds_left(deadline);
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min(left * 1000.0 + 1, 1000.0 * 60));
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+IoResult wait_fd(int fd, short events, Deadline deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int ms = poll_ms(deadline);
+    if (ms <= 0) return {IoStatus::kTimeout, 0};
+    int rc = ::poll(&p, 1, ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return {IoStatus::kError, errno};
+    if (rc > 0) return {};
+  }
+}
+
+}  // namespace
+
+Socket listen_tcp(int port, int* error) {
+  *error = 0;
+  int one = 1;
+  int zero = 0;
+  Socket s(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (s.valid()) {
+    ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ::setsockopt(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(s.fd(), 128) == 0) {
+      set_nonblocking(s.fd());
+      return s;
+    }
+    *error = errno;
+    if (*error == EADDRINUSE) return Socket();
+    s.close();
+  }
+  s = Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) {
+    *error = errno;
+    return Socket();
+  }
+  ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(s.fd(), 128) != 0) {
+    *error = errno;
+    return Socket();
+  }
+  set_nonblocking(s.fd());
+  *error = 0;
+  return s;
+}
+
+int local_port(const Socket& listener) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+namespace {
+
+// One connection attempt to any resolved address; returns a connected socket or sets *err.
+Socket try_connect(const std::string& host, int port, Deadline deadline, std::string* err) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    *err = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    return Socket();
+  }
+  Socket result;
+  for (addrinfo* ai = res; ai != nullptr && !result.valid(); ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) continue;
+    set_nonblocking(s.fd());
+    if (::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      *err = std::strerror(errno);
+      continue;
+    }
+    Deadline attempt = std::min(deadline, deadline_after(5.0));
+    if (wait_fd(s.fd(), POLLOUT, attempt).status != IoStatus::kOk) {
+      *err = "connect attempt timed out";
+      continue;
+    }
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &so_error, &len);
+    if (so_error != 0) {
+      *err = std::strerror(so_error);
+      continue;
+    }
+    result = std::move(s);
+  }
+  ::freeaddrinfo(res);
+  return result;
+}
+
+}  // namespace
+
+Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error) {
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    Socket s = try_connect(host, port, deadline, last_error);
+    if (s.valid()) return s;
+    if (Clock::now() + backoff >= deadline) return Socket();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+Socket accept_until(const Socket& listener, Deadline deadline, IoResult* result) {
+  for (;;) {
+    int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      *result = {};
+      return Socket(fd);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+      *result = {IoStatus::kError, errno};
+      return Socket();
+    }
+    IoResult w = wait_fd(listener.fd(), POLLIN, deadline);
+    if (w.status != IoStatus::kOk) {
+      *result = w;
+      return Socket();
+    }
+  }
+}
+
+IoResult read_exact(int fd, void* data, std::size_t bytes, Deadline deadline) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) return {IoStatus::kClosed, 0};
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return {IoStatus::kError, errno};
+    IoResult w = wait_fd(fd, POLLIN, deadline);
+    if (w.status != IoStatus::kOk) return w;
+  }
+  return {};
+}
+
+IoResult write_exact(int fd, const void* data, std::size_t bytes, Deadline deadline) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::send(fd, p, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (errno == EPIPE || errno == ECONNRESET) return {IoStatus::kClosed, errno};
+      return {IoStatus::kError, errno};
+    }
+    IoResult w = wait_fd(fd, POLLOUT, deadline);
+    if (w.status != IoStatus::kOk) return w;
+  }
+  return {};
+}
+
+void tune_stream_socket(int fd) {
+  set_nonblocking(fd);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int size = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+}
+
+}  // namespace mwms::common

@@ -1,0 +1,198 @@
+// Every collective x dtype x op on 2, 3 and 4 real processes over loopback TCP, checked against a
+// reference computed here. Inputs are small integers so that sums and products are exact in every
+// dtype (bfloat16 holds integers up to 256 exactly); float16/bfloat16 means are compared to one
+// unit in the last place of the storage type, everything else for equality.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/reduce.h"
+#include "multiproc/launcher.h"
+#include "mwms/mwms.h"
+
+namespace {
+
+using mwms::DataType;
+using mwms::ReduceOp;
+
+const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                              DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kProd};
+
+// Input of rank r at element i: in [-5, 5] (in [1, 3] for prod, so 4 ranks stay <= 81).
+double input_value(int r, std::size_t i, ReduceOp op) {
+  if (op == ReduceOp::kProd) return static_cast<double>((r + i) % 3 + 1);
+  return static_cast<double>((r * 7 + i * 3) % 11) - 5.0;
+}
+
+void store(DataType t, void* base, std::size_t i, double v) {
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat16:
+      static_cast<std::uint16_t*>(base)[i] = mwms::kernels::float_to_half(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<std::uint16_t*>(base)[i] =
+          mwms::kernels::float_to_bfloat16(static_cast<float>(v));
+      break;
+    case DataType::kInt32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
+    case DataType::kInt64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+
+double load(DataType t, const void* base, std::size_t i) {
+  switch (t) {
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kFloat16:
+      return mwms::kernels::half_to_float(static_cast<const std::uint16_t*>(base)[i]);
+    case DataType::kBFloat16:
+      return mwms::kernels::bfloat16_to_float(static_cast<const std::uint16_t*>(base)[i]);
+    case DataType::kInt32: return static_cast<const std::int32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+  }
+  return 0;
+}
+
+double reference(int n, std::size_t i, DataType t, ReduceOp op) {
+  double acc = input_value(0, i, op);
+  for (int r = 1; r < n; ++r) {
+    double v = input_value(r, i, op);
+    if (op == ReduceOp::kSum || op == ReduceOp::kMean) acc += v;
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    if (op == ReduceOp::kProd) acc *= v;
+  }
+  if (op != ReduceOp::kMean) return acc;
+  if (t == DataType::kInt32 || t == DataType::kInt64) return std::trunc(acc / n);
+  if (t == DataType::kFloat32) return static_cast<float>(acc) / static_cast<float>(n);
+  return acc / n;
+}
+
+bool close_enough(double got, double want, DataType t, ReduceOp op) {
+  if (got == want) return true;
+  if (op != ReduceOp::kMean) return false;
+  double ulp = t == DataType::kFloat16 ? std::ldexp(1.0, -10) : t == DataType::kBFloat16 ? std::ldexp(1.0, -7) : 0;
+  return std::fabs(got - want) <= ulp * std::max(1.0, std::fabs(want));
+}
+
+void expect_values(const char* what, DataType t, ReduceOp op, const void* buf, std::size_t count,
+                   const std::function<double(std::size_t)>& want) {
+  for (std::size_t i = 0; i < count; ++i) {
+    double got = load(t, buf, i);
+    if (!close_enough(got, want(i), t, op)) {
+      std::ostringstream msg;
+      msg << what << " " << mwms::to_string(t) << " " << mwms::to_string(op) << " count " << count
+          << ": element " << i << " is " << got << ", expected " << want(i);
+      throw std::runtime_error(msg.str());
+    }
+  }
+}
+
+void check_all_reduce(mwms::Communicator& comm, DataType t, ReduceOp op, std::size_t count) {
+  int n = comm.world_size();
+  std::vector<char> buf(count * mwms::dtype_size(t) + 1);
+  for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(comm.rank(), i, op));
+  comm.all_reduce(buf.data(), count, t, op);
+  expect_values("all_reduce", t, op, buf.data(), count,
+                [&](std::size_t i) { return reference(n, i, t, op); });
+}
+
+void check_reduce_scatter(mwms::Communicator& comm, DataType t, ReduceOp op, std::size_t block) {
+  int n = comm.world_size();
+  std::size_t esize = mwms::dtype_size(t);
+  std::vector<char> send(block * n * esize + 1), recv(block * esize + 1);
+  for (std::size_t i = 0; i < block * n; ++i) store(t, send.data(), i, input_value(comm.rank(), i, op));
+  comm.reduce_scatter(send.data(), recv.data(), block, t, op);
+  std::size_t first = block * static_cast<std::size_t>(comm.rank());
+  expect_values("reduce_scatter", t, op, recv.data(), block,
+                [&](std::size_t i) { return reference(n, first + i, t, op); });
+}
+
+void check_all_gather(mwms::Communicator& comm, DataType t, std::size_t block) {
+  int n = comm.world_size();
+  std::size_t esize = mwms::dtype_size(t);
+  std::vector<char> send(block * esize + 1), recv(block * n * esize + 1);
+  for (std::size_t i = 0; i < block; ++i) store(t, send.data(), i, input_value(comm.rank(), i, ReduceOp::kSum));
+  comm.all_gather(send.data(), recv.data(), block, t);
+  expect_values("all_gather", t, ReduceOp::kSum, recv.data(), block * n, [&](std::size_t i) {
+    return input_value(static_cast<int>(i / block), i % block, ReduceOp::kSum);
+  });
+}
+
+void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, int root) {
+  std::vector<char> buf(count * mwms::dtype_size(t) + 1);
+  for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(comm.rank(), i, ReduceOp::kSum));
+  comm.broadcast(buf.data(), count, t, root);
+  expect_values("broadcast", t, ReduceOp::kSum, buf.data(), count,
+                [&](std::size_t i) { return input_value(root, i, ReduceOp::kSum); });
+}
+
+void run_everything(int world_size, bool with_chief) {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = world_size;
+  opts.with_chief = with_chief;
+  opts.timeout_seconds = 240;
+  auto results = mwms::testing::run_ranks(opts, [](int, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config));
+    const std::size_t counts[] = {0, 1, 7, 1009};  // empty, single, fewer than ranks, prime
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (std::size_t count : counts) check_all_reduce(*comm, t, op, count);
+        check_reduce_scatter(*comm, t, op, 0);
+        check_reduce_scatter(*comm, t, op, 1);
+        check_reduce_scatter(*comm, t, op, 1013);
+      }
+      check_all_gather(*comm, t, 0);
+      check_all_gather(*comm, t, 1);
+      check_all_gather(*comm, t, 1019);
+      for (int root = 0; root < comm->world_size(); ++root) check_broadcast(*comm, t, 1021, root);
+      comm->barrier();
+    }
+    // Several MiB, not divisible by the world size: exercises chunking and the pipeline.
+    const std::size_t big = (3u << 20) + 1;
+    check_all_reduce(*comm, DataType::kFloat32, ReduceOp::kSum, big);
+    check_all_reduce(*comm, DataType::kBFloat16, ReduceOp::kMax, big);
+    check_all_reduce(*comm, DataType::kInt64, ReduceOp::kMean, big);
+    check_reduce_scatter(*comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3);
+    check_all_gather(*comm, DataType::kFloat16, (1u << 20) + 3);
+    check_broadcast(*comm, DataType::kFloat64, (1u << 20) + 5, comm->world_size() - 1);
+    report("seq " + std::to_string(comm->seq()));
+  });
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every collective dtype and op on 2 processes", "[tcp][multiproc]") {
+  run_everything(2, false);
+}
+
+TEST_CASE("every collective dtype and op on 3 processes (chief + 2 workers)", "[tcp][multiproc]") {
+  run_everything(3, true);
+}
+
+TEST_CASE("every collective dtype and op on 4 processes", "[tcp][multiproc]") {
+  run_everything(4, false);
+}
+
+TEST_CASE("world size 1 needs no peers and keeps the values", "[tcp][unit]") {
+  auto comm = mwms::Communicator::create(mwms::ResolvedCluster{});
+  REQUIRE(comm->world_size() == 1);
+  std::vector<float> v = {1.5f, -2.0f, 3.0f};
+  comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kMean);
+  REQUIRE(v == std::vector<float>{1.5f, -2.0f, 3.0f});
+  std::vector<float> out(3);
+  comm->reduce_scatter(v.data(), out.data(), 3, DataType::kFloat32, ReduceOp::kSum);
+  REQUIRE(out == v);
+  comm->barrier();
+  REQUIRE(comm->seq() == 3);
+}

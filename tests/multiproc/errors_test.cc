@@ -1,0 +1,196 @@
+// The errors users hit (DESIGN "Bootstrap", issue #2): each must fail with a clear message naming
+// the task and address or the rank, within its timeout, and never hang.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <vector>
+
+#include "multiproc/launcher.h"
+#include "mwms/mwms.h"
+
+namespace {
+
+using Catch::Matchers::Contains;
+using mwms::testing::ChildResult;
+using mwms::testing::LaunchOptions;
+using mwms::testing::run_ranks;
+
+mwms::CommunicatorOptions quick(double connect_seconds, double timeout_seconds = 10) {
+  mwms::CommunicatorOptions o;
+  o.connect_timeout_seconds = connect_seconds;
+  o.timeout_seconds = timeout_seconds;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a peer that never comes up fails after the connect timeout and is named", "[tcp][fault]") {
+  auto ports = mwms::testing::free_ports(2);
+  // Worker 0 (the leader) waits for worker 1 that is never started.
+  auto leader = mwms::resolve_tf_config(mwms::testing::make_tf_config(ports, 0, false));
+  auto start = std::chrono::steady_clock::now();
+  try {
+    mwms::Communicator::create(leader, quick(1.5));
+    FAIL("expected BootstrapError");
+  } catch (const mwms::BootstrapError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Contains("worker 1"));
+    CHECK_THAT(what, Contains("localhost:" + std::to_string(ports[1])));
+    CHECK_THAT(what, Contains("never arrived"));
+  }
+  // Worker 1 alone cannot reach worker 0.
+  auto follower = mwms::resolve_tf_config(mwms::testing::make_tf_config(ports, 1, false));
+  try {
+    mwms::Communicator::create(follower, quick(1.5));
+    FAIL("expected BootstrapError");
+  } catch (const mwms::BootstrapError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Contains("worker 0"));
+    CHECK_THAT(what, Contains("localhost:" + std::to_string(ports[0])));
+    CHECK_THAT(what, Contains("1.5 s"));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("a listen port already in use is reported with task and port", "[tcp][fault]") {
+  auto ports = mwms::testing::free_ports(2);
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_any;
+  addr.sin6_port = htons(static_cast<uint16_t>(ports[1]));
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  auto cluster = mwms::resolve_tf_config(mwms::testing::make_tf_config(ports, 1, false));
+  try {
+    mwms::Communicator::create(cluster, quick(2));
+    FAIL("expected BootstrapError");
+  } catch (const mwms::BootstrapError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Contains("worker 1"));
+    CHECK_THAT(what, Contains(std::to_string(ports[1])));
+    CHECK_THAT(what, Contains("already in use"));
+  }
+  ::close(fd);
+}
+
+TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 30;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    if (rank == 1) {
+      // Worker 1 believes there is a third worker (a stale or hand-edited TF_CONFIG).
+      auto jobs = cluster.cluster.jobs();
+      jobs["worker"].push_back("localhost:1");
+      cluster = mwms::resolve_explicit(mwms::ClusterSpec(jobs), cluster.task);
+    }
+    mwms::Communicator::create(cluster, quick(5));
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Contains("worker 1"));
+  }
+  CHECK_THAT(results[0].output, Contains("cluster specs differ"));
+}
+
+TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 30;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10));
+    std::vector<float> v(64, 1.0f);
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    try {
+      // Rank 2 passes a different count (a classic bug: uneven last batch).
+      comm->all_reduce(v.data(), rank == 2 ? 63 : 64, mwms::DataType::kFloat32,
+                       mwms::ReduceOp::kSum);
+    } catch (const mwms::CollectiveMismatchError& e) {
+      report(std::string("mismatch: ") + e.what());
+      throw;
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Contains("mismatch: "));
+    CHECK_THAT(r.output, Contains("count 63"));
+  }
+}
+
+TEST_CASE("a peer killed in the middle of an all-reduce makes every survivor fail naming it",
+          "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 4;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10, 20));
+    std::vector<float> v(1 << 20, 1.0f);
+    for (int iter = 0; iter < 1000; ++iter) {
+      if (rank == 2 && iter == 3) ::raise(SIGKILL);
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kMean);
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK(results[2].signal == SIGKILL);
+  for (int r : {0, 1, 3}) {
+    CHECK(results[r].exit_code == 1);
+    CHECK_FALSE(results[r].timed_out);
+    CHECK_THAT(results[r].output, Contains("rank 2"));
+    CHECK(results[r].seconds < 20);  // well inside the collective timeout
+  }
+}
+
+TEST_CASE("a stalled peer makes the others time out and is named", "[tcp][fault][slow]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10, 2));
+    std::vector<float> v(1024, 1.0f);
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    if (rank == 1) {
+      ::sleep(8);  // never joins the second all-reduce in time
+      return;
+    }
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+  });
+  INFO(mwms::testing::describe(results));
+  for (int r : {0, 2}) {
+    CHECK(results[r].exit_code == 1);
+    CHECK_THAT(results[r].output, Contains("rank 1"));
+    CHECK(results[r].seconds < 7);
+  }
+}
+
+TEST_CASE("a poisoned communicator fails fast with the original cause", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 30;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10, 5));
+    std::vector<double> v(8, 1.0);
+    if (rank == 1) return;  // exits: rank 0's all-reduce fails
+    try {
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat64, mwms::ReduceOp::kSum);
+    } catch (const mwms::PeerError&) {
+    }
+    try {
+      comm->barrier();
+    } catch (const mwms::InvalidUsage& e) {
+      report(std::string("poisoned: ") + e.what());
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK(results[0].exit_code == 0);
+  CHECK_THAT(results[0].output, Contains("poisoned: "));
+  CHECK_THAT(results[0].output, Contains("rank 1"));
+}

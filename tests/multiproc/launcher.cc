@@ -1,0 +1,145 @@
+#include "multiproc/launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+
+namespace mwms::testing {
+
+std::vector<int> free_ports(int n) {
+  std::vector<int> ports;
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ports.push_back(ntohs(addr.sin_port));
+    fds.push_back(fd);  // keep all bound until the end so the ports differ
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_chief) {
+  std::string workers;
+  std::size_t first_worker = with_chief ? 1 : 0;
+  for (std::size_t i = first_worker; i < ports.size(); ++i) {
+    workers += std::string(i > first_worker ? "," : "") + "\"localhost:" +
+               std::to_string(ports[i]) + "\"";
+  }
+  std::string cluster = "{\"worker\":[" + workers + "]";
+  if (with_chief) cluster += ",\"chief\":[\"localhost:" + std::to_string(ports[0]) + "\"]";
+  cluster += "}";
+  std::string type = with_chief && rank == 0 ? "chief" : "worker";
+  int index = with_chief ? (rank == 0 ? 0 : rank - 1) : rank;
+  return "{\"cluster\":" + cluster + ",\"task\":{\"type\":\"" + type +
+         "\",\"index\":" + std::to_string(index) + "}}";
+}
+
+std::vector<ChildResult> run_ranks(
+    const LaunchOptions& options,
+    const std::function<void(int, const std::string&,
+                             const std::function<void(const std::string&)>&)>& body) {
+  const int n = options.world_size;
+  std::vector<int> ports = free_ports(n);
+  std::vector<ChildResult> results(n);
+  std::vector<pid_t> pids(n);
+  std::vector<int> pipes(n);
+  auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < n; ++rank) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    std::string tf_config = make_tf_config(ports, rank, options.with_chief);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      auto report = [fd = fds[1]](const std::string& text) {
+        std::string line = text + "\n";
+        (void)!::write(fd, line.data(), line.size());
+      };
+      int code = 0;
+      try {
+        body(rank, tf_config, report);
+      } catch (const std::exception& e) {
+        report(e.what());
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    pids[rank] = pid;
+    pipes[rank] = fds[0];
+    results[rank].rank = rank;
+  }
+  int running = n;
+  while (running > 0) {
+    for (int rank = 0; rank < n; ++rank) {
+      char buf[4096];
+      ssize_t got;
+      while (pipes[rank] >= 0 && (got = ::read(pipes[rank], buf, sizeof(buf))) > 0) {
+        results[rank].output.append(buf, static_cast<std::size_t>(got));
+      }
+      if (pids[rank] <= 0) continue;
+      int status = 0;
+      if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        results[rank].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        results[rank].seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        pids[rank] = 0;
+        --running;
+      }
+    }
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > options.timeout_seconds) {
+      for (int rank = 0; rank < n; ++rank) {
+        if (pids[rank] > 0) {
+          ::kill(pids[rank], SIGKILL);
+          ::waitpid(pids[rank], nullptr, 0);
+          results[rank].timed_out = true;
+          pids[rank] = 0;
+          --running;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    char buf[4096];
+    ssize_t got;
+    while ((got = ::read(pipes[rank], buf, sizeof(buf))) > 0) {
+      results[rank].output.append(buf, static_cast<std::size_t>(got));
+    }
+    ::close(pipes[rank]);
+  }
+  return results;
+}
+
+std::string describe(const std::vector<ChildResult>& results) {
+  std::string out;
+  for (const auto& r : results) {
+    out += "rank " + std::to_string(r.rank) + ": exit " + std::to_string(r.exit_code) +
+           (r.signal ? " signal " + std::to_string(r.signal) : "") +
+           (r.timed_out ? " TIMED OUT" : "") + " after " + std::to_string(r.seconds) + " s\n" +
+           r.output + "\n";
+  }
+  return out;
+}
+
+}  // namespace mwms::testing
