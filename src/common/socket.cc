@@ -237,9 +237,8 @@ void tune_stream_socket(int fd) {
   set_nonblocking(fd);
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  int size = 4 << 20;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  // Socket buffers are left to the kernel's autotuning: fixed 4 MiB buffers measured no better
+  // on loopback and disable autotuning on real links.
 }
 
 }  // namespace mwms::common

@@ -68,7 +68,7 @@ Socket accept_until(const Socket& listener, Deadline deadline, IoResult* result)
 IoResult read_exact(int fd, void* data, std::size_t bytes, Deadline deadline);
 IoResult write_exact(int fd, const void* data, std::size_t bytes, Deadline deadline);
 
-/// O_NONBLOCK, TCP_NODELAY and 4 MiB socket buffers (the ring keeps a chunk pipeline in flight).
+/// O_NONBLOCK and TCP_NODELAY (small frames must not wait for Nagle).
 void tune_stream_socket(int fd);
 
 }  // namespace mwms::common
