@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Smoke run of `train` the three ways a user launches it: mpirun -np 2, two processes with
+# TF_CONFIG (workers only, then chief + worker), and TF1-style flags. Each run is a short epoch;
+# the leader's metrics file must report 2 replicas and a test accuracy that only training reaches.
+# Usage: train_smoke.sh TRAIN_BINARY WORKDIR
+set -euo pipefail
+train=$1
+work=$2
+mkdir -p "$work"
+steps=150
+min_accuracy=0.70   # untrained: ~0.10; 150 steps of batch 64 reach ~0.75-0.80
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export MWMS_CONNECT_TIMEOUT_SECONDS=30 MWMS_TIMEOUT_SECONDS=60
+
+check_metrics() {  # FILE LABEL
+  local file=$1 label=$2
+  [ -s "$file" ] || { echo "FAIL $label: no metrics file $file"; exit 1; }
+  local replicas acc
+  replicas=$(grep -o '"num_replicas_in_sync": *[0-9]*' "$file" | grep -o '[0-9]*$')
+  acc=$(grep -o '"test_accuracy": *[0-9.]*' "$file" | head -1 | grep -o '[0-9.]*$')
+  [ "$replicas" = 2 ] || { echo "FAIL $label: num_replicas_in_sync $replicas"; exit 1; }
+  awk -v a="$acc" -v m="$min_accuracy" 'BEGIN { exit !(a >= m) }' ||
+    { echo "FAIL $label: test_accuracy $acc < $min_accuracy"; exit 1; }
+  echo "ok $label: test_accuracy $acc, 2 replicas"
+  echo "$acc"  > "$file.acc"
+}
+
+free_port() {  # a port the kernel considers free right now
+  local p
+  while :; do
+    p=$(( (RANDOM % 20000) + 30000 ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+run_pair() {  # LABEL CMD0... -- CMD1... (each given as a single string)
+  local label=$1 cmd0=$2 cmd1=$3
+  bash -c "$cmd0" > "$work/$label.0.log" 2>&1 & local p0=$!
+  bash -c "$cmd1" > "$work/$label.1.log" 2>&1 & local p1=$!
+  local rc=0
+  wait "$p0" || rc=$?
+  wait "$p1" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "FAIL $label: exit $rc"; cat "$work/$label.0.log" "$work/$label.1.log"; exit 1
+  fi
+}
+
+common="--epochs 1 --max_steps_per_epoch $steps --timeout_seconds 60"
+
+# 1. mpirun -np 2
+timeout 300 mpirun --oversubscribe -np 2 "$train" $common --metrics_file "$work/mpi.json" \
+  > "$work/mpi.log" 2>&1 || { echo "FAIL mpirun"; cat "$work/mpi.log"; exit 1; }
+check_metrics "$work/mpi.json" mpirun
+
+# 2. two workers with TF_CONFIG
+p0=$(free_port); p1=$(free_port)
+cluster="{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}"
+run_pair tf_config \
+  "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":0}}' timeout 300 $train $common --metrics_file $work/tf.json" \
+  "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":1}}' timeout 300 $train $common"
+check_metrics "$work/tf.json" tf_config
+
+# 3. chief + worker with TF_CONFIG (the chief is rank 0 and writes the metrics)
+p0=$(free_port); p1=$(free_port)
+cluster="{\"chief\":[\"localhost:$p0\"],\"worker\":[\"localhost:$p1\"]}"
+run_pair chief \
+  "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"chief\",\"index\":0},\"environment\":\"cloud\"}' timeout 300 $train $common --metrics_file $work/chief.json" \
+  "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":0},\"environment\":\"cloud\"}' timeout 300 $train $common"
+check_metrics "$work/chief.json" chief_worker
+
+# 4. TF1-style flags
+p0=$(free_port); p1=$(free_port)
+echo "{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}" > "$work/cluster.json"
+run_pair flags \
+  "timeout 300 $train $common --job_name worker --task_index 0 --cluster_spec $work/cluster.json --metrics_file $work/flags.json" \
+  "timeout 300 $train $common --job_name worker --task_index 1 --cluster_spec $work/cluster.json"
+check_metrics "$work/flags.json" flags
+
+# Same data, same seed, same global batch: every launch mode must reach the same accuracy.
+first=$(cat "$work/mpi.json.acc")
+for f in tf chief flags; do
+  other=$(cat "$work/$f.json.acc")
+  awk -v a="$first" -v b="$other" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+    { echo "FAIL: accuracy $other ($f) differs from $first (mpirun)"; exit 1; }
+done
+echo "train smoke: 4 launch modes passed"
