@@ -203,6 +203,9 @@ std::unique_ptr<Communicator> Communicator::create(const ResolvedCluster& cluste
   ring.chunk_bytes = static_cast<std::size_t>(chunk) / 64 * 64;  // whole elements of any dtype
   ring.spin_seconds = static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
 
+  for (const std::string& name : common::unknown_env_vars()) {
+    MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
+  }
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout);
   std::unique_ptr<TcpRingChannel> channel;
   if (rv.cluster.num_workers > 1 && rv.cluster.in_ring) {

@@ -10,6 +10,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kAbort: return "abort";
+    case CollectiveKind::kStallNotice: return "stall notice";
   }
   return "unknown";
 }

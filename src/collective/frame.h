@@ -19,7 +19,8 @@ enum class CollectiveKind : std::uint8_t {
   kAllGather = 3,
   kBroadcast = 4,
   kBarrier = 5,
-  kAbort = 0x7f,  // on the control connection only
+  kStallNotice = 0x7e,  // control only: "I am blocked waiting for rank `root`" (seq = collective)
+  kAbort = 0x7f,        // control only: rank `root` failed, payload = reason
 };
 
 constexpr std::uint32_t kFrameMagic = 0x464D574D;  // "MWMF" little-endian

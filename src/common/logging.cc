@@ -103,8 +103,9 @@ const LogConfig& config() {
 
 bool log_enabled(LogLevel level, LogSubsys subsys) noexcept {
   const LogConfig& c = config();
+  // Errors and warnings always pass; MWMS_LOG_SUBSYS filters info and below.
   return level != LogLevel::kOff && level <= c.level &&
-         (c.subsys_mask & (1u << static_cast<unsigned>(subsys))) != 0;
+         (level <= LogLevel::kWarn || (c.subsys_mask & (1u << static_cast<unsigned>(subsys))) != 0);
 }
 
 void log_write(LogLevel level, LogSubsys subsys, const char* file, int line,

@@ -115,7 +115,15 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
                   [&](std::size_t first, std::size_t last, std::size_t bytes) {
     DataType dtype = gradients[first].dtype;
     std::size_t elems = bytes / dtype_size(dtype);
-    if (last - first == 1) {  // one tensor: reduce in place, no copy
+    // One tensor, or tensors that lie back to back in memory (a flat gradient buffer): reduce
+    // in place, without copying through the pack buffer.
+    bool contiguous = true;
+    for (std::size_t i = first + 1; i < last && contiguous; ++i) {
+      const char* end = static_cast<const char*>(gradients[i - 1].data) +
+                        gradients[i - 1].count * dtype_size(dtype);
+      contiguous = end == gradients[i].data;
+    }
+    if (contiguous) {
       comm.all_reduce(gradients[first].data, elems, dtype, op);
       return;
     }

@@ -88,6 +88,9 @@ bool TcpRingChannel::pump_send(Transfer* ts, int n, State& st, const ErrorContex
   ssize_t sent = ::sendmsg(data_next_.fd(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (sent < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+    int saved = errno;
+    drain_abort(ctrl_next_.fd(), nb_.next_rank, ctx);
+    errno = saved;
     throw PeerError(std::string("send to next rank failed: ") + std::strerror(errno) +
                         " (the peer process probably died)",
                     with_peer(ctx, nb_.next_rank));
@@ -118,6 +121,11 @@ bool TcpRingChannel::pump_recv(Transfer* ts, int n, ChunkSink* sink, State& st,
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<std::size_t>(k);
   ssize_t got = ::recvmsg(data_prev_.fd(), &msg, MSG_DONTWAIT);
+  if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+    int saved = errno;
+    drain_abort(ctrl_prev_.fd(), nb_.prev_rank, ctx);  // the peer may have told us why it left
+    errno = saved;
+  }
   if (got == 0) {
     throw PeerError("previous rank closed the connection in the middle of a collective (the peer "
                     "process probably died or aborted)",
@@ -157,6 +165,16 @@ bool TcpRingChannel::pump_recv(Transfer* ts, int n, ChunkSink* sink, State& st,
 void TcpRingChannel::check_control(int fd, int from_rank, const ErrorContext& ctx) {
   FrameHeader h;
   common::IoResult res = common::read_exact(fd, &h, kHeader, common::deadline_after(1.0));
+  if (res.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
+      h.kind == static_cast<std::uint8_t>(CollectiveKind::kStallNotice)) {
+    // Note [stall blame]: only notices about this collective, from our predecessor, count.
+    if (from_rank == nb_.prev_rank && static_cast<std::int64_t>(h.seq) == ctx.seq &&
+        h.root != blamed_upstream_) {
+      blamed_upstream_ = h.root;
+      if (notice_sent_for_ != -2) send_stall_notice(h.seq);
+    }
+    return;
+  }
   bool valid = res.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
                h.kind == static_cast<std::uint8_t>(CollectiveKind::kAbort);
   if (!valid) {
@@ -189,15 +207,24 @@ void TcpRingChannel::wait_for_io(const State& st, double timeout_seconds,
   if (ctrl_next_open_) fds[k++] = {ctrl_next_.fd(), POLLIN, 0};
   if (ctrl_prev_open_) fds[k++] = {ctrl_prev_.fd(), POLLIN, 0};
   double left = timeout_seconds - idle;
+  if (wait_on_prev_ && idle > timeout_seconds / 2 && notice_sent_for_ == -2) {
+    send_stall_notice(static_cast<std::uint64_t>(ctx.seq));
+  }
   if (left <= 0) {
     // Waiting on the predecessor while a receive is pending, otherwise on the successor.
     int peer = wait_on_prev_ ? nb_.prev_rank : nb_.next_rank;
+    std::string via;
+    if (wait_on_prev_ && blamed_upstream_ >= 0 && blamed_upstream_ != peer) {
+      via = " (rank " + std::to_string(peer) + " is waiting for it too)";
+      peer = blamed_upstream_;
+    }
     ErrorContext c = with_peer(ctx, peer);
     c.elapsed_seconds = since(st.start);
     c.timeout_seconds = timeout_seconds;
     throw TimeoutError("no progress from rank " + std::to_string(peer) + " for " +
                            std::to_string(static_cast<int>(timeout_seconds)) +
-                           " s (the peer is stalled, overloaded or stuck before this collective)",
+                           " s" + via +
+                           " (the peer is stalled, overloaded or stuck before this collective)",
                        c);
   }
   // Only wait for the directions that can make progress (set by run()).
@@ -206,6 +233,9 @@ void TcpRingChannel::wait_for_io(const State& st, double timeout_seconds,
   int ms = static_cast<int>(std::min(left * 1000.0 + 1, 100.0));
   int rc = ::poll(fds, static_cast<nfds_t>(k), ms);
   if (rc <= 0) return;
+  // Data first: an abort only interrupts a rank that cannot make progress, so a rank whose data
+  // for this collective has already arrived completes it.
+  if (fds[0].revents != 0 || fds[1].revents != 0) return;
   for (int i = ctrl_base; i < k; ++i) {
     if (fds[i].revents != 0) {
       bool is_next = fds[i].fd == ctrl_next_.fd();
@@ -218,6 +248,8 @@ void TcpRingChannel::run(Transfer* ts, int n, ChunkSink* sink, double timeout_se
                          ErrorContext ctx) {
   ctx.transport = "tcp";
   State st;
+  blamed_upstream_ = -1;
+  notice_sent_for_ = -2;
   st.s = next_with_send(ts, n, 0);
   st.r = next_with_recv(ts, n, 0);
   while (st.s < n || st.r < n) {
@@ -233,6 +265,23 @@ void TcpRingChannel::run(Transfer* ts, int n, ChunkSink* sink, double timeout_se
     wait_on_prev_ = want_read_ || (st.s < n && !want_write_);
     wait_for_io(st, timeout_seconds, ctx);
   }
+}
+
+void TcpRingChannel::drain_abort(int fd, int from_rank, const ErrorContext& ctx) {
+  // A neighbour that fails sends its abort before it closes; give it a moment to arrive.
+  pollfd p{fd, POLLIN, 0};
+  if (fd >= 0 && ::poll(&p, 1, 250) > 0) check_control(fd, from_rank, ctx);
+}
+
+void TcpRingChannel::send_stall_notice(std::uint64_t seq) noexcept {
+  int blamed = blamed_upstream_ >= 0 ? blamed_upstream_ : nb_.prev_rank;
+  notice_sent_for_ = blamed;
+  if (!ctrl_next_.valid()) return;
+  FrameHeader h;
+  h.kind = static_cast<std::uint8_t>(CollectiveKind::kStallNotice);
+  h.root = blamed;
+  h.seq = seq;
+  common::write_exact(ctrl_next_.fd(), &h, kHeader, common::deadline_after(0.5));
 }
 
 void TcpRingChannel::send_abort(int failed_rank, const std::string& reason,

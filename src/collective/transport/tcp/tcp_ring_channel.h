@@ -80,6 +80,8 @@ class TcpRingChannel {
   bool pump_recv(Transfer* ts, int n, ChunkSink* sink, State& st, const ErrorContext& ctx);
   void wait_for_io(const State& st, double timeout_seconds, const ErrorContext& ctx);
   void check_control(int fd, int from_rank, const ErrorContext& ctx);
+  void drain_abort(int fd, int from_rank, const ErrorContext& ctx);
+  void send_stall_notice(std::uint64_t seq) noexcept;
   ErrorContext with_peer(ErrorContext ctx, int peer) const;
 
   common::Socket data_next_, data_prev_, ctrl_next_, ctrl_prev_;
@@ -92,6 +94,11 @@ class TcpRingChannel {
   bool want_read_ = false;     // a receive can progress (set before each wait)
   bool want_write_ = false;    // a send can progress
   bool wait_on_prev_ = true;   // whom a timeout names
+  // Note [stall blame]: a rank blocked on its predecessor for half the timeout tells its successor
+  // whom it waits for; the successor then blames that rank, not its innocent neighbour, so every
+  // rank's TimeoutError names the rank that actually stalled.
+  int blamed_upstream_ = -1;
+  int notice_sent_for_ = -2;
 };
 
 }  // namespace mwms::collective

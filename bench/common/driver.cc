@@ -1,0 +1,249 @@
+// The shared driver of every *_perf tool: bootstrap, one sweep over message sizes, and for each
+// size: check (first iteration), warm-up, timed iterations, the same for MPI under --compare mpi,
+// then one row reduced across ranks. See bench/README.md for what the columns mean.
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "common/collective.h"
+#include "common/mpi_baseline.h"
+#include "common/options.h"
+#include "common/output.h"
+#include "common/statistics.h"
+#include "common/timing.h"
+#include "common/verification.h"
+#include "mwms/mwms.h"
+
+namespace mwms::bench {
+namespace {
+
+// Started by mpirun/mpiexec (Open MPI's OMPI_COMM_WORLD_SIZE, or a PMI launcher's PMI_SIZE): then
+// the bench initialises MPI itself, before libmwms bootstraps.
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+// The launcher's rank (0 without one): decides who prints command-line errors, which happen
+// before any communicator exists.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+// Page-aligned and touched once at allocation: a fresh page costs ~11 us on first touch (see
+// DESIGN.md), which must not land inside a timed iteration.
+class TouchedBuffer {
+ public:
+  explicit TouchedBuffer(std::size_t bytes) {
+    constexpr std::size_t kAlign = 4096;
+    std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (rounded == 0) rounded = kAlign;
+    data_.reset(static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded)));
+    if (!data_) throw BackendError("cannot allocate " + std::to_string(rounded) + " bytes", ENOMEM);
+    std::memset(data_.get(), 0, rounded);
+  }
+  void* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, Free> data_;
+};
+
+class Sweep {
+ public:
+  Sweep(const CollectiveDescriptor& collective, const BenchOptions& options, Communicator& comm)
+      : collective_(collective), options_(options), comm_(comm),
+        elem_bytes_(dtype_size(options.dtype)),
+        max_count_(collective.count_for_bytes(options.max_bytes, elem_bytes_, comm.world_size())),
+        buffer_(max_count_ * elem_bytes_),
+        mpi_buffer_(options.compare_mpi ? max_count_ * elem_bytes_ : 0) {}
+
+  /// Runs every size; returns the exit status (1 when any element was wrong).
+  int run() {
+    const bool leader = comm_.rank() == 0;
+    if (leader) print_banner();
+    std::vector<ResultRow> rows;
+    std::size_t previous_count = static_cast<std::size_t>(-1);
+    for (std::size_t bytes = options_.min_bytes; bytes <= options_.max_bytes;) {
+      const std::size_t count = collective_.count_for_bytes(bytes, elem_bytes_, comm_.world_size());
+      if (count != previous_count) {  // sizes below one element map to the same count
+        rows.push_back(measure(count));
+        if (leader) print_table_row(std::cout, rows.back());
+        previous_count = count;
+      }
+      const std::size_t next = next_size(bytes, options_.step_factor);
+      if (next == bytes) break;
+      bytes = next;
+    }
+    if (leader) {
+      print_table_footer(std::cout, rows);
+      if (!options_.json_path.empty()) {
+        write_json(options_.json_path, rows, collective_.name, comm_.world_size(), options_.backend);
+      }
+    }
+    for (const auto& row : rows) {
+      if (row.wrong > 0) return 1;
+    }
+    return 0;
+  }
+
+ private:
+  void run_ours(std::size_t count) {
+    collective_.run(comm_, buffer_.data(), count, options_.dtype, options_.op);
+  }
+  void run_mpi(std::size_t count) {
+    collective_.run_mpi(mpi_buffer_.data(), count, options_.dtype, options_.op);
+  }
+
+  // The first iteration runs on the check pattern and is verified; it also serves as the first
+  // warm-up iteration.
+  std::int64_t check_first_iteration(std::size_t count) {
+    const int rank = comm_.rank(), world = comm_.world_size();
+    fill_input(collective_, buffer_.data(), count, options_.dtype, options_.op, rank, world);
+    run_ours(count);
+    return count_wrong(collective_, buffer_.data(), count, options_.dtype, options_.op, world);
+  }
+
+  template <typename Run>
+  double median_time_us(void* buffer, std::size_t count, int warmups, Run&& run_once) {
+    fill_constant(buffer, count, options_.dtype, collective_.timing_value(options_.op));
+    for (int i = 0; i < warmups; ++i) run_once();
+    comm_.barrier();  // start the timed loop together, not skewed by the check above
+    time_iterations(options_.iters, times_us_, run_once);
+    return median(times_us_);
+  }
+
+  ResultRow measure(std::size_t count) {
+    ResultRow row;
+    row.count = count;
+    row.bytes = count * elem_bytes_;
+    row.type = std::string(to_string(options_.dtype));
+    row.redop = std::string(to_string(options_.op));
+    int warmups = options_.warmup_iters;
+    std::int64_t wrong = 0;
+    if (options_.check != 0) {
+      wrong = check_first_iteration(count);
+      if (warmups > 0) --warmups;
+    }
+    double times[2] = {median_time_us(buffer_.data(), count, warmups, [&] { run_ours(count); }),
+                       0.0};
+    if (options_.compare_mpi) {
+      times[1] = median_time_us(mpi_buffer_.data(), count, options_.warmup_iters,
+                                [&] { run_mpi(count); });
+    }
+    // A collective finishes when its slowest rank does: quote the slowest rank's median.
+    comm_.all_reduce(times, 2, DataType::kFloat64, ReduceOp::kMax);
+    comm_.all_reduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
+    const double factor = collective_.busbw_factor(comm_.world_size());
+    row.time_us = times[0];
+    row.algbw = gb_per_s(static_cast<double>(row.bytes), row.time_us);
+    row.busbw = row.algbw * factor;
+    row.wrong = options_.check != 0 ? wrong : -1;
+    if (options_.compare_mpi) {
+      row.has_mpi = true;
+      row.mpi_time_us = times[1];
+      row.mpi_busbw = gb_per_s(static_cast<double>(row.bytes), row.mpi_time_us) * factor;
+    }
+    return row;
+  }
+
+  void print_banner() const {
+    const ResolvedCluster& cluster = comm_.cluster();
+    std::cout << "# " << collective_.name << "_perf: libmwms " << MWMS_VERSION_STRING << "\n"
+              << "# minBytes " << options_.min_bytes << " maxBytes " << options_.max_bytes
+              << " step: " << options_.step_factor << "(factor) warmup iters: "
+              << options_.warmup_iters << " iters: " << options_.iters
+              << " validation: " << options_.check << " backend: " << options_.backend
+              << " compare: " << (options_.compare_mpi ? "mpi" : "none") << "\n"
+              << "# time: median iteration time of each rank, max over ranks; algbw = size / time;"
+              << " busbw = algbw * " << collective_.busbw_factor(comm_.world_size()) << "\n#\n"
+              << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
+    for (int r = 0; r < comm_.world_size(); ++r) {
+      std::cout << "#  Rank " << r << " " << cluster.task_name_of_rank(r);
+      if (static_cast<std::size_t>(r) < cluster.ring.size()) std::cout << " " << cluster.ring[r];
+      std::cout << "\n";
+    }
+    std::cout << "#\n";
+    print_table_header(std::cout, options_.compare_mpi);
+  }
+
+  const CollectiveDescriptor& collective_;
+  const BenchOptions& options_;
+  Communicator& comm_;
+  std::size_t elem_bytes_;
+  std::size_t max_count_;
+  TouchedBuffer buffer_;
+  TouchedBuffer mpi_buffer_;
+  std::vector<double> times_us_;
+};
+
+// Refuses --compare mpi where it cannot mean anything, before anything is started.
+void check_compare_mpi(const CollectiveDescriptor& collective, const BenchOptions& options) {
+  if (!options.compare_mpi) return;
+  if (collective.run_mpi == nullptr) {
+    throw InvalidArgument(std::string("--compare mpi: no MPI equivalent of ") + collective.name);
+  }
+  if (!mpi::built_with_mpi()) throw InvalidArgument("--compare mpi: " + mpi::unsupported_reason(
+                                                        options.dtype, options.op));
+  if (!launched_by_mpirun()) {
+    throw InvalidArgument(
+        "--compare mpi needs the bench to be started by mpirun (OMPI_COMM_WORLD_SIZE/PMI_SIZE are "
+        "not set); under TF_CONFIG or as a single process only libmwms is timed");
+  }
+  const std::string reason = mpi::unsupported_reason(options.dtype, options.op);
+  if (!reason.empty()) throw InvalidArgument("--compare mpi: " + reason);
+}
+
+int run_with_communicator(const CollectiveDescriptor& collective, const BenchOptions& options) {
+  CommunicatorOptions comm_options;
+  comm_options.implementation = Implementation::kRing;  // --backend tcp, the only one today
+  std::unique_ptr<Communicator> comm =
+      Communicator::create(resolve_from_environment(), comm_options);
+  if (options.compare_mpi && mpi::world_size() != comm->world_size()) {
+    throw InvalidArgument("--compare mpi: MPI has " + std::to_string(mpi::world_size()) +
+                          " ranks but libmwms resolved " + std::to_string(comm->world_size()) +
+                          " (TF_CONFIG set under mpirun?)");
+  }
+  try {
+    return Sweep(collective, options, *comm).run();
+  } catch (const std::exception& e) {
+    comm->abort(e.what());  // peers blocked in a collective fail fast, naming this rank
+    throw;
+  }
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
+  const std::string program = std::string(collective.name) + "_perf";
+  const bool under_mpirun = launched_by_mpirun();
+  int status = 0;
+  std::optional<BenchOptions> options =
+      parse_options(argc, argv, program, launcher_rank() == 0, &status);
+  if (!options) return status;
+  try {
+    check_compare_mpi(collective, *options);
+    // MPI first, so that libmwms finds it initialised and bootstraps through it.
+    if (under_mpirun && mpi::built_with_mpi()) mpi::init();
+    status = run_with_communicator(collective, *options);
+  } catch (const std::exception& e) {
+    // One write, so that lines from several ranks do not interleave.
+    std::string line = program + ": ";
+    if (under_mpirun) line += "mpi rank " + std::to_string(launcher_rank()) + ": ";
+    std::cerr << line + e.what() + "\n" << std::flush;
+    // Under mpirun a rank that stops early would leave the others in MPI_Finalize forever.
+    if (mpi::active()) mpi::abort_job(2);
+    return 2;
+  }
+  mpi::finalize();
+  return status;
+}
+
+}  // namespace mwms::bench

@@ -1,0 +1,108 @@
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "common/mpi_baseline.h"
+#include "mwms/errors.h"
+
+namespace mwms::bench::mpi {
+
+namespace {
+
+bool g_initialised_here = false;
+bool g_active = false;
+
+void throw_if_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw BackendError(std::string(what) + " failed: " + std::string(text, length), rc);
+}
+
+MPI_Datatype to_mpi(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: break;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProd: return MPI_PROD;
+  }
+  return MPI_OP_NULL;
+}
+
+}  // namespace
+
+bool built_with_mpi() { return true; }
+
+void init() {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    // SERIALIZED: libmwms may bootstrap through MPI from another thread than main, never
+    // concurrently with our MPI_Allreduce calls.
+    int provided = 0;
+    throw_if_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+                 "MPI_Init_thread");
+    g_initialised_here = true;
+  }
+  g_active = true;
+}
+
+bool active() { return g_active; }
+
+int world_size() {
+  if (!g_active) return 0;
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+void finalize() noexcept {
+  if (g_initialised_here) {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (!finalised) MPI_Finalize();
+  }
+  g_active = false;
+  g_initialised_here = false;
+}
+
+void abort_job(int status) noexcept {
+  if (g_active) MPI_Abort(MPI_COMM_WORLD, status);
+  std::exit(status);
+}
+
+std::string unsupported_reason(DataType dtype, ReduceOp op) {
+  if (to_mpi(dtype) == MPI_DATATYPE_NULL) {
+    return "MPI has no " + std::string(to_string(dtype)) +
+           " datatype; use -d float32, float64, int32 or int64 with --compare mpi";
+  }
+  if (to_mpi(op) == MPI_OP_NULL) return "MPI has no " + std::string(to_string(op)) + " operator";
+  return {};
+}
+
+void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw InvalidArgument("MPI_Allreduce takes an int count; " + std::to_string(count) +
+                          " elements is too many");
+  }
+  throw_if_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), to_mpi(dtype),
+                             to_mpi(op), MPI_COMM_WORLD),
+               "MPI_Allreduce");
+}
+
+}  // namespace mwms::bench::mpi

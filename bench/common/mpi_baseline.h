@@ -1,0 +1,36 @@
+// The MPI side of --compare mpi: Open MPI's MPI_Allreduce, timed in the same run as libmwms so
+// that the ratio survives a noisy machine. Two implementations of this header exist and CMake
+// compiles exactly one: mpi_baseline.cc (built with MPI) and mpi_baseline_none.cc (without), so
+// no #if is needed anywhere in the bench.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "mwms/types.h"
+
+namespace mwms::bench::mpi {
+
+/// True when the bench was built with MPI.
+bool built_with_mpi();
+/// Initialises MPI unless something already did. Call before libmwms bootstraps, so that the
+/// library finds MPI initialised and leaves its life-cycle to us.
+/// @throws mwms::BackendError when MPI is not built in or MPI_Init fails.
+void init();
+/// True between a successful init() and finalize().
+bool active();
+/// MPI_COMM_WORLD size (0 when not active).
+int world_size();
+/// Finalises MPI if init() initialised it. Never throws.
+void finalize() noexcept;
+/// Kills every rank of the job (after an error on one rank, so the others do not wait forever).
+[[noreturn]] void abort_job(int status) noexcept;
+
+/// Empty when MPI_Allreduce can run `dtype`/`op`, otherwise why not (MPI has no float16 type).
+std::string unsupported_reason(DataType dtype, ReduceOp op);
+/// In-place MPI_Allreduce (MPI_IN_PLACE) on MPI_COMM_WORLD. kMean runs as MPI_SUM: MPI has no
+/// mean, and the division is a local pass that does not change the comparison.
+/// @throws mwms::BackendError on an MPI error, InvalidArgument when count exceeds INT_MAX.
+void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op);
+
+}  // namespace mwms::bench::mpi

@@ -1,0 +1,112 @@
+#include "common/options.h"
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "mwms/errors.h"
+
+namespace mwms::bench {
+
+std::size_t parse_byte_size(std::string_view text) {
+  std::string s(text);
+  while (!s.empty() && (s.back() == 'b' || s.back() == 'B')) s.pop_back();
+  std::size_t shift = 0;
+  if (!s.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(s.back()))) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      default: break;
+    }
+    if (shift != 0) s.pop_back();
+  }
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
+    throw InvalidArgument("bad byte size '" + std::string(text) + "' (expected e.g. 8, 64K, 64M, 1G)");
+  }
+  unsigned long long value = std::stoull(s);
+  if (value > (std::numeric_limits<std::size_t>::max() >> shift)) {
+    throw InvalidArgument("byte size '" + std::string(text) + "' is too large");
+  }
+  return static_cast<std::size_t>(value) << shift;
+}
+
+std::size_t next_size(std::size_t bytes, double factor) {
+  // A factor like 1.5 must still advance from tiny sizes (8 * 1.5 = 12, but 1 * 1.5 rounds to 1).
+  double next = std::floor(static_cast<double>(bytes) * factor);
+  if (next <= static_cast<double>(bytes)) return bytes + 1;
+  if (next >= static_cast<double>(std::numeric_limits<std::size_t>::max())) {
+    return std::numeric_limits<std::size_t>::max();
+  }
+  return static_cast<std::size_t>(next);
+}
+
+namespace {
+
+void validate(const BenchOptions& o) {
+  if (o.min_bytes > o.max_bytes) {
+    throw InvalidArgument("--minbytes " + std::to_string(o.min_bytes) + " is larger than --maxbytes " +
+                          std::to_string(o.max_bytes));
+  }
+  if (!(o.step_factor > 1)) throw InvalidArgument("--stepfactor must be > 1");
+  if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
+  if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
+  if (o.backend != "tcp") {
+    throw InvalidArgument("--backend " + o.backend + " is not available (only tcp exists)");
+  }
+}
+
+}  // namespace
+
+std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
+                                          bool print, int* exit_status) {
+  BenchOptions o;
+  std::string min_bytes = "8", max_bytes = "64M", dtype = "float32", op = "sum", compare;
+  CLI::App app{std::string(program) + ": libmwms collective benchmark (nccl-tests flags)"};
+  app.add_option("-b,--minbytes,--min-bytes", min_bytes, "Smallest message in bytes (K/M/G ok)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes,--max-bytes", max_bytes, "Largest message in bytes (K/M/G ok)")
+      ->capture_default_str();
+  app.add_option("-f,--stepfactor,--factor", o.step_factor, "Multiply the size by this per row")
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters,--warmup", o.warmup_iters, "Untimed iterations per size")
+      ->capture_default_str();
+  app.add_option("-c,--check", o.check, "Verify the result of the first iteration (0/1)")
+      ->capture_default_str();
+  app.add_option("-d,--datatype,--dtype", dtype,
+                 "float32|float64|float16|bfloat16|int32|int64")->capture_default_str();
+  app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
+  app.add_option("--backend,--transport", o.backend, "Transport (tcp)")->capture_default_str();
+  app.add_option("--compare", compare, "Also time this implementation (mpi)")
+      ->check(CLI::IsMember({"mpi", "none"}));
+  app.add_option("--json", o.json_path, "Write the rows as a JSON array to this file");
+  try {
+    app.parse(argc, argv);
+    o.min_bytes = parse_byte_size(min_bytes);
+    o.max_bytes = parse_byte_size(max_bytes);
+    o.dtype = parse_dtype(dtype);
+    o.op = parse_reduce_op(op);
+    o.compare_mpi = compare == "mpi";
+    validate(o);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints --help to stdout and errors to stderr; exit() gives their status.
+    std::ostringstream out, err;
+    *exit_status = app.exit(e, out, err);
+    if (print) {
+      std::cout << out.str() << std::flush;
+      std::cerr << err.str() << std::flush;
+    }
+    return std::nullopt;
+  } catch (const Error& e) {
+    if (print) std::cerr << program << ": " << e.message() << "\n";
+    *exit_status = 2;
+    return std::nullopt;
+  }
+  return o;
+}
+
+}  // namespace mwms::bench

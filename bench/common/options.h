@@ -1,0 +1,42 @@
+// Command line of every *_perf tool. Flag names are nccl-tests' (-b/-e/-f/-n/-w/-c/-d/-o), with the
+// house-style long spellings (--min-bytes, ...) accepted as aliases.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mwms/types.h"
+
+namespace mwms::bench {
+
+struct BenchOptions {
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  double step_factor = 2;
+  int iters = 20;
+  int warmup_iters = 5;
+  int check = 1;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::string backend = "tcp";
+  bool compare_mpi = false;
+  std::string json_path;  ///< empty: no JSON file
+};
+
+/// Parses argv. Returns the options, or std::nullopt after --help (printed) or an error (printed
+/// to stderr); then `*exit_status` holds the status the program should exit with.
+/// `print` false keeps quiet (non-zero ranks under mpirun, so messages appear once).
+std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
+                                          bool print, int* exit_status);
+
+/// "8", "64K", "64M", "1G" (binary multiples, case-insensitive, optional trailing B).
+/// @throws mwms::InvalidArgument on anything else.
+std::size_t parse_byte_size(std::string_view text);
+
+/// The size after `bytes` in a sweep with step `factor` (> 1): floor(bytes * factor), but at least
+/// bytes + 1 so that the sweep always advances; saturates at SIZE_MAX.
+std::size_t next_size(std::size_t bytes, double factor);
+
+}  // namespace mwms::bench

@@ -1,0 +1,39 @@
+// Input initialisation and exact result checks (nccl-tests `verifiable/` idea). Inputs are small
+// integers chosen per op so that every partial result is exactly representable in every dtype,
+// float16 and bfloat16 included; the check is then an equality test, never a tolerance.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/collective.h"
+#include "mwms/types.h"
+
+namespace mwms::bench {
+
+/// Element `i` of a `dtype` buffer, widened to double (float16/bfloat16 decoded exactly).
+double load_element(const void* buffer, std::size_t i, DataType dtype);
+/// Stores `value` (rounded to nearest even for the narrow float types) as element `i`.
+void store_element(void* buffer, std::size_t i, DataType dtype, double value);
+
+/// Writes `collective.input_value(i, rank, world_size, op)` into each of `count` elements.
+void fill_input(const CollectiveDescriptor& collective, void* buffer, std::size_t count,
+                DataType dtype, ReduceOp op, int rank, int world_size);
+/// Writes `value` into each of `count` elements.
+void fill_constant(void* buffer, std::size_t count, DataType dtype, double value);
+
+/// Number of elements that differ from `collective.expected_value(i, ...)`.
+std::int64_t count_wrong(const CollectiveDescriptor& collective, const void* buffer,
+                         std::size_t count, DataType dtype, ReduceOp op, int world_size);
+
+/// `a op b` in double: the local reference for one reduction step (kMean accumulates as kSum).
+double reduce_reference(double a, double b, ReduceOp op);
+
+/// IEEE binary16 / bfloat16 <-> float, round to nearest even. The bench keeps its own copies so it
+/// depends only on the public API (and does not check the library against itself).
+float half_to_float(std::uint16_t h);
+std::uint16_t float_to_half(float f);
+float bfloat16_to_float(std::uint16_t b);
+std::uint16_t float_to_bfloat16(float f);
+
+}  // namespace mwms::bench

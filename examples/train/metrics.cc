@@ -1,0 +1,73 @@
+#include "metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace mwms::train {
+namespace {
+
+nlohmann::json to_json(const EpochStats& e) {
+  return {{"epoch", e.epoch},
+          {"steps", e.steps},
+          {"train_loss", e.train_loss},
+          {"test_accuracy", e.test_accuracy},
+          {"seconds", e.seconds},
+          {"images_per_sec", e.images_per_sec},
+          {"allreduce_seconds", e.allreduce_seconds},
+          {"allreduce_share", e.allreduce_share}};
+}
+
+}  // namespace
+
+double mean_images_per_sec(const RunSummary& summary) {
+  if (summary.per_epoch.empty()) return 0;
+  double total = 0;
+  for (const auto& e : summary.per_epoch) total += e.images_per_sec;
+  return total / static_cast<double>(summary.per_epoch.size());
+}
+
+void write_metrics(const std::string& path, const RunSummary& s) {
+  nlohmann::json j = {{"test_accuracy", s.test_accuracy},
+                      {"epochs", s.epochs},
+                      {"num_replicas_in_sync", s.num_replicas_in_sync},
+                      {"world_size", s.world_size},
+                      {"images_per_sec", mean_images_per_sec(s)},
+                      {"allreduce_seconds", s.allreduce_seconds},
+                      {"global_batch_size", s.global_batch_size},
+                      {"learning_rate", s.learning_rate},
+                      {"seed", s.seed},
+                      {"final_train_loss", s.final_train_loss},
+                      {"source", s.source},
+                      {"task", s.task},
+                      {"model", "mlp"}};
+  j["per_epoch"] = nlohmann::json::array();
+  for (const auto& e : s.per_epoch) j["per_epoch"].push_back(to_json(e));
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) {
+      throw std::runtime_error("cannot create metrics file " + tmp + ": " + std::strerror(errno));
+    }
+    out << j.dump(2) << '\n';
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write metrics file " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + why);
+  }
+}
+
+}  // namespace mwms::train

@@ -1,0 +1,45 @@
+/// @file metrics.h
+/// Per-epoch statistics of a run and the JSON metrics file the leader writes (--metrics_file).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mwms::train {
+
+/// One epoch as every worker agrees on it (losses and accuracy are reduced across workers).
+struct EpochStats {
+  int epoch = 0;                  ///< 1-based
+  int steps = 0;                  ///< global batches trained
+  double train_loss = 0;          ///< mean per-example loss over the epoch's training examples
+  double test_accuracy = 0;       ///< on the whole test set, after the epoch
+  double seconds = 0;             ///< training time of the epoch (evaluation excluded)
+  double images_per_sec = 0;      ///< global images trained per second
+  double allreduce_seconds = 0;   ///< this worker's time inside all_reduce_gradients
+  double allreduce_share = 0;     ///< allreduce_seconds / seconds
+};
+
+/// What the metrics file reports about the whole run.
+struct RunSummary {
+  int epochs = 0;                 ///< epochs completed (including ones restored from a checkpoint)
+  int num_replicas_in_sync = 1;
+  int world_size = 1;
+  std::string source;             ///< where the cluster came from: tf_config, mpi, flags, default
+  std::string task;               ///< the leader's task name
+  int global_batch_size = 0;
+  double learning_rate = 0;
+  unsigned long long seed = 0;
+  double test_accuracy = 0;
+  double final_train_loss = 0;    ///< NaN-free: 0 when no epoch ran in this process
+  double allreduce_seconds = 0;   ///< total over this run's epochs
+  std::vector<EpochStats> per_epoch;  ///< the epochs trained by this run
+};
+
+/// Mean images/s over the epochs of `summary` (0 when none).
+double mean_images_per_sec(const RunSummary& summary);
+
+/// Writes `summary` as JSON to `path` atomically (temporary file next to it, then rename), so a
+/// reader never sees a half-written file. @throws std::runtime_error naming the file.
+void write_metrics(const std::string& path, const RunSummary& summary);
+
+}  // namespace mwms::train

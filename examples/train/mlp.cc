@@ -1,0 +1,148 @@
+#include "mlp.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "rng.h"
+
+namespace mwms::train {
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;  // column-major
+using Vector = Eigen::Matrix<float, Eigen::Dynamic, 1>;
+using ConstMatrixMap = Eigen::Map<const Matrix>;
+using VectorMap = Eigen::Map<Vector>;
+
+/// Views of the four tensors inside one flat vector (params or gradients), Note [flat parameters].
+struct Views {
+  Eigen::Map<Matrix> w1, w2;
+  VectorMap b1, b2;
+  Views(float* base, const MlpShape& s)
+      : w1(base, s.hidden, s.inputs),
+        w2(base + std::size_t(s.hidden) * (s.inputs + 1), s.classes, s.hidden),
+        b1(base + std::size_t(s.hidden) * s.inputs, s.hidden),
+        b2(base + std::size_t(s.hidden) * (s.inputs + 1) + std::size_t(s.classes) * s.hidden,
+           s.classes) {}
+};
+
+}  // namespace
+
+Mlp::Mlp(MlpShape shape) : shape_(shape) {
+  if (shape.inputs <= 0 || shape.hidden <= 0 || shape.classes <= 1) {
+    throw std::invalid_argument("mlp: every layer needs a positive size and >= 2 classes");
+  }
+  const std::size_t in = shape.inputs, hid = shape.hidden, cls = shape.classes;
+  std::size_t offset = 0;
+  for (const auto& [name, count] : {std::pair<const char*, std::size_t>{"dense_1/kernel", hid * in},
+                                    {"dense_1/bias", hid},
+                                    {"dense_2/kernel", cls * hid},
+                                    {"dense_2/bias", cls}}) {
+    slots_.push_back({name, offset, count});
+    offset += count;
+  }
+  params_.assign(offset, 0.0f);
+  grads_.assign(offset, 0.0f);
+}
+
+void Mlp::init(std::uint64_t seed) {
+  std::mt19937_64 rng(mix_seed(seed, kInitStream));
+  std::fill(params_.begin(), params_.end(), 0.0f);
+  // Glorot uniform: bound sqrt(6 / (fan_in + fan_out)); biases stay zero.
+  const auto fill = [&](const TensorSlot& slot, int fan_in, int fan_out) {
+    const float bound = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+    for (std::size_t i = 0; i < slot.count; ++i) {
+      params_[slot.offset + i] = uniform_symmetric(rng, bound);
+    }
+  };
+  fill(slots_[0], shape_.inputs, shape_.hidden);
+  fill(slots_[2], shape_.hidden, shape_.classes);
+}
+
+void Mlp::reserve(int batch) {
+  if (batch <= capacity_) return;
+  capacity_ = batch;
+  hidden_.resize(std::size_t(shape_.hidden) * batch);
+  d_hidden_.resize(std::size_t(shape_.hidden) * batch);
+  logits_.resize(std::size_t(shape_.classes) * batch);
+}
+
+void Mlp::forward(const float* x, int batch) {
+  reserve(batch);
+  Views p(params_.data(), shape_);
+  ConstMatrixMap in(x, shape_.inputs, batch);
+  Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
+  Eigen::Map<Matrix> logits(logits_.data(), shape_.classes, batch);
+  hidden.noalias() = p.w1 * in;
+  hidden = (hidden.colwise() + p.b1).cwiseMax(0.0f);
+  logits.noalias() = p.w2 * hidden;
+  logits.colwise() += p.b2;
+}
+
+double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int batch,
+                             float grad_scale) {
+  Views g(grads_.data(), shape_);
+  if (batch == 0) {
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    return 0.0;
+  }
+  forward(x, batch);
+  Views p(params_.data(), shape_);
+  const int classes = shape_.classes;
+  // Softmax cross-entropy per column, stabilised by the column max; the logits buffer becomes
+  // d loss / d logits = grad_scale * (softmax - one_hot).
+  double loss = 0.0;
+  for (int j = 0; j < batch; ++j) {
+    float* z = logits_.data() + std::size_t(j) * classes;
+    const float zmax = *std::max_element(z, z + classes);
+    const float shifted_label_logit = z[labels[j]] - zmax;
+    float sum = 0.0f;
+    for (int k = 0; k < classes; ++k) {
+      z[k] = std::exp(z[k] - zmax);
+      sum += z[k];
+    }
+    const float inv = 1.0f / sum;
+    loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted_label_logit);
+    for (int k = 0; k < classes; ++k) z[k] *= inv * grad_scale;
+    z[labels[j]] -= grad_scale;
+  }
+  ConstMatrixMap in(x, shape_.inputs, batch);
+  Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
+  Eigen::Map<Matrix> d_logits(logits_.data(), classes, batch);
+  Eigen::Map<Matrix> d_hidden(d_hidden_.data(), shape_.hidden, batch);
+  g.w2.noalias() = d_logits * hidden.transpose();
+  g.b2 = d_logits.rowwise().sum();
+  d_hidden.noalias() = p.w2.transpose() * d_logits;
+  // ReLU derivative: hidden holds max(pre-activation, 0), so hidden > 0 marks the active units.
+  d_hidden = (hidden.array() > 0.0f).select(d_hidden, 0.0f);
+  g.w1.noalias() = d_hidden * in.transpose();
+  g.b1 = d_hidden.rowwise().sum();
+  return loss;
+}
+
+std::size_t Mlp::count_correct(const float* x, const std::uint8_t* labels, int batch) {
+  if (batch == 0) return 0;
+  forward(x, batch);
+  std::size_t correct = 0;
+  for (int j = 0; j < batch; ++j) {
+    const float* z = logits_.data() + std::size_t(j) * shape_.classes;
+    const auto best = std::max_element(z, z + shape_.classes) - z;
+    correct += (best == labels[j]) ? 1 : 0;
+  }
+  return correct;
+}
+
+SgdMomentum::SgdMomentum(std::size_t count, float learning_rate, float momentum)
+    : learning_rate_(learning_rate), momentum_(momentum), velocity_(count, 0.0f) {}
+
+void SgdMomentum::step(FloatBuffer& params, const FloatBuffer& grads) {
+  Eigen::Map<Eigen::ArrayXf> p(params.data(), Eigen::Index(params.size()));
+  Eigen::Map<const Eigen::ArrayXf> g(grads.data(), Eigen::Index(grads.size()));
+  Eigen::Map<Eigen::ArrayXf> v(velocity_.data(), Eigen::Index(velocity_.size()));
+  v = momentum_ * v + g;
+  p -= learning_rate_ * v;
+}
+
+}  // namespace mwms::train

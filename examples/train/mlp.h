@@ -1,0 +1,89 @@
+/// @file mlp.h
+/// A two-layer perceptron (inputs -> hidden ReLU -> classes, softmax cross-entropy) on the CPU
+/// with Eigen, float32, and SGD with momentum.
+///
+/// Note [flat parameters]: W1, b1, W2, b2 live in ONE contiguous, 64-byte aligned vector, and
+/// their gradients in a second vector with the same layout, so the strategy can all-reduce the
+/// gradient as one tensor in place and a checkpoint is a single copy. Every tensor's offset is a
+/// multiple of 16 floats for the default shape, so each starts on a cache line as well.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aligned_buffer.h"
+
+namespace mwms::train {
+
+/// Layer sizes; defaults are Fashion-MNIST's 28x28 images and 10 classes.
+struct MlpShape {
+  int inputs = 784;
+  int hidden = 256;
+  int classes = 10;
+};
+
+/// Where one named tensor sits inside the flat parameter (and gradient) vector.
+struct TensorSlot {
+  std::string name;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+class Mlp {
+ public:
+  explicit Mlp(MlpShape shape = {});
+
+  const MlpShape& shape() const noexcept { return shape_; }
+  /// W1 (hidden x inputs), b1, W2 (classes x hidden), b2, in this order, back to back.
+  const std::vector<TensorSlot>& slots() const noexcept { return slots_; }
+  FloatBuffer& params() noexcept { return params_; }
+  const FloatBuffer& params() const noexcept { return params_; }
+  FloatBuffer& gradients() noexcept { return grads_; }
+
+  /// Glorot-uniform weights (TF Dense's default), zero biases, from a generator seeded with
+  /// `seed` only: identical on every worker and on every platform.
+  void init(std::uint64_t seed);
+
+  /// Grows the activation buffers to hold `batch` examples; steps with at most this many examples
+  /// then allocate nothing.
+  void reserve(int batch);
+
+  /// Forward and backward pass on `batch` examples. `x` holds the examples one after another
+  /// (inputs floats each), i.e. an inputs x batch column-major matrix. Overwrites gradients() with
+  /// grad_scale * sum over the examples of d loss_i / d params, and returns sum_i loss_i.
+  /// `batch` may be 0 (gradients become zero).
+  double forward_backward(const float* x, const std::uint8_t* labels, int batch, float grad_scale);
+
+  /// Number of the `batch` examples whose arg-max prediction equals the label.
+  std::size_t count_correct(const float* x, const std::uint8_t* labels, int batch);
+
+ private:
+  void forward(const float* x, int batch);
+
+  MlpShape shape_;
+  std::vector<TensorSlot> slots_;
+  FloatBuffer params_;
+  FloatBuffer grads_;
+  int capacity_ = 0;
+  FloatBuffer hidden_;   // hidden x batch: ReLU activations
+  FloatBuffer logits_;   // classes x batch: logits, then d loss / d logits in place
+  FloatBuffer d_hidden_; // hidden x batch
+};
+
+/// SGD with momentum in PyTorch's form: v = momentum * v + g; p -= lr * v.
+class SgdMomentum {
+ public:
+  SgdMomentum(std::size_t count, float learning_rate, float momentum);
+  void step(FloatBuffer& params, const FloatBuffer& grads);
+  FloatBuffer& velocity() noexcept { return velocity_; }
+  const FloatBuffer& velocity() const noexcept { return velocity_; }
+
+ private:
+  float learning_rate_;
+  float momentum_;
+  FloatBuffer velocity_;
+};
+
+}  // namespace mwms::train

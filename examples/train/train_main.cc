@@ -1,0 +1,193 @@
+// train: data-parallel training of an MLP on Fashion-MNIST through libmwms's
+// MultiWorkerMirroredStrategy. Runs as one process, under mpirun, with TF_CONFIG, or with TF1-style
+// --job_name/--task_index/--cluster_spec flags. See examples/README.md.
+
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "mwms/mwms.h"
+
+#include "idx_reader.h"
+#include "metrics.h"
+#include "trainer.h"
+
+namespace {
+
+using mwms::train::EpochStats;
+using mwms::train::RunSummary;
+using mwms::train::TrainConfig;
+
+struct Flags {
+  TrainConfig train;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string metrics_file;
+  std::string job_name;
+  int task_index = 0;
+  std::string cluster_spec_file;
+  std::size_t bytes_per_pack = 0;
+  double timeout_seconds = 0;
+};
+
+/// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
+int parse_flags(int argc, char** argv, Flags& f) {
+  CLI::App app{"Data-parallel MLP training on Fashion-MNIST with libmwms "
+               "(MultiWorkerMirroredStrategy)"};
+  app.add_option("--epochs", f.train.epochs, "Epochs to train (total, counting resumed ones)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--batch_size", f.train.global_batch_size,
+                 "GLOBAL batch size, split across workers")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--lr", f.train.learning_rate, "Learning rate of SGD with momentum 0.9");
+  app.add_option("--seed", f.train.seed, "Seed of the initial weights and of every shuffle");
+  app.add_option("--data_dir", f.data_dir, "Directory with the Fashion-MNIST IDX files (.gz)");
+  app.add_option("--checkpoint_dir", f.train.checkpoint_dir,
+                 "Leader writes <dir>/ckpt.bin after every epoch (empty: no checkpoints)");
+  app.add_flag("--resume", f.train.resume, "Continue from <checkpoint_dir>/ckpt.bin if present");
+  app.add_option("--metrics_file", f.metrics_file, "Leader writes JSON metrics here");
+  app.add_option("--max_steps_per_epoch", f.train.max_steps_per_epoch,
+                 "Cap on global batches per epoch (0: all; for smoke tests)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--job_name", f.job_name, "TF1-style job of this task (chief, worker, ...)");
+  app.add_option("--task_index", f.task_index, "TF1-style index of this task in its job")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cluster_spec", f.cluster_spec_file,
+                 "TF1-style cluster spec JSON file ({\"worker\": [\"host:port\", ...]})");
+  app.add_option("--bytes_per_pack", f.bytes_per_pack,
+                 "Gradient bucket size in bytes (0: library default)");
+  app.add_option("--timeout_seconds", f.timeout_seconds,
+                 "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "train: error: " << e.what() << "\nRun with --help for usage." << std::endl;
+    return 1;
+  }
+  if (!(f.train.learning_rate > 0)) {
+    std::cerr << "train: error: --lr must be positive" << std::endl;
+    return 1;
+  }
+  if (f.job_name.empty() != f.cluster_spec_file.empty() ||
+      (app.count("--task_index") > 0 && f.job_name.empty())) {
+    std::cerr << "train: error: --job_name, --task_index and --cluster_spec go together"
+              << std::endl;
+    return 1;
+  }
+  if (f.train.resume && f.train.checkpoint_dir.empty()) {
+    std::cerr << "train: error: --resume needs --checkpoint_dir" << std::endl;
+    return 1;
+  }
+  return -1;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read --cluster_spec file " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const char* source_name(mwms::ClusterSource source) {
+  switch (source) {
+    case mwms::ClusterSource::kTfConfig: return "tf_config";
+    case mwms::ClusterSource::kMpi: return "mpi";
+    case mwms::ClusterSource::kFlags: return "flags";
+    case mwms::ClusterSource::kExplicit: return "explicit";
+    case mwms::ClusterSource::kDefault: return "default";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(const Flags& f) {
+  mwms::CommunicationOptions options;
+  options.bytes_per_pack = f.bytes_per_pack;
+  options.timeout_seconds = f.timeout_seconds;
+  if (f.job_name.empty()) {
+    // TF_CONFIG, then an mpirun environment, then a single process.
+    return std::make_unique<mwms::MultiWorkerMirroredStrategy>(options);
+  }
+  const mwms::ResolvedCluster cluster =
+      mwms::resolve_flags(f.job_name, f.task_index, read_file(f.cluster_spec_file));
+  return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options);
+}
+
+void print_epoch(const EpochStats& e, int epochs) {
+  std::printf("epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f images/s, all-reduce %.1f%% of "
+              "%.2f s\n",
+              e.epoch, epochs, e.train_loss, e.test_accuracy, e.images_per_sec,
+              100.0 * e.allreduce_share, e.seconds);
+  std::fflush(stdout);
+}
+
+int run(const Flags& f) {
+  // Workers share the cores; Eigen's own threads would only compete with the other processes.
+  Eigen::setNbThreads(1);
+  auto strategy = make_strategy(f);
+  const mwms::train::Dataset train_set = mwms::train::load_split(f.data_dir, "train", 10);
+  const mwms::train::Dataset test_set = mwms::train::load_split(f.data_dir, "t10k", 10);
+  mwms::train::Trainer trainer(f.train, *strategy, train_set, test_set);
+  const bool leader = strategy->is_chief();
+  if (leader) {
+    std::printf("train: %s, %d replica(s) in sync, global batch %d, %d step(s)/epoch, lr %g\n",
+                strategy->cluster().task_name().c_str(), strategy->num_replicas_in_sync(),
+                f.train.global_batch_size, trainer.steps_per_epoch(), f.train.learning_rate);
+    std::fflush(stdout);
+  }
+  const int first_epoch = trainer.prepare();
+
+  RunSummary summary;
+  summary.num_replicas_in_sync = strategy->num_replicas_in_sync();
+  summary.world_size = strategy->num_workers();
+  summary.source = source_name(strategy->cluster().source);
+  summary.task = strategy->cluster().task_name();
+  summary.global_batch_size = f.train.global_batch_size;
+  summary.learning_rate = f.train.learning_rate;
+  summary.seed = f.train.seed;
+  summary.epochs = std::max(first_epoch, f.train.epochs);
+  for (int epoch = first_epoch; epoch < f.train.epochs; ++epoch) {
+    EpochStats stats = trainer.train_epoch(epoch);
+    stats.test_accuracy = trainer.evaluate();
+    summary.per_epoch.push_back(stats);
+    summary.allreduce_seconds += stats.allreduce_seconds;
+    if (!leader) continue;
+    print_epoch(stats, f.train.epochs);
+    if (!f.train.checkpoint_dir.empty()) trainer.save(epoch + 1);
+  }
+  if (summary.per_epoch.empty()) {
+    // Resumed past the last epoch: report the restored model.
+    summary.test_accuracy = trainer.evaluate();
+    if (leader) {
+      std::printf("train: no epoch left to train (%d completed, --epochs %d), test accuracy %.4f\n",
+                  first_epoch, f.train.epochs, summary.test_accuracy);
+    }
+  } else {
+    summary.test_accuracy = summary.per_epoch.back().test_accuracy;
+    summary.final_train_loss = summary.per_epoch.back().train_loss;
+  }
+  if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (const int code = parse_flags(argc, argv, flags); code >= 0) return code;
+  try {
+    return run(flags);
+  } catch (const mwms::Error& e) {
+    std::cerr << "train: error: " << e.what() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "train: error: " << e.what() << std::endl;
+  }
+  return 1;
+}

@@ -1,0 +1,78 @@
+/// @file trainer.h
+/// The data-parallel training loop of the `train` program, written against the public
+/// MultiWorkerMirroredStrategy API only.
+///
+/// Note [equivalence]: every worker computes the same global shuffle from (seed, epoch), takes its
+/// rows of each global batch with strategy.batch_shard(B), and computes
+/// sum over its rows of d loss_i / d params, divided by the GLOBAL batch size B (TF's
+/// compute_average_loss). all_reduce_gradients(kSum) then yields exactly the gradient of the mean
+/// loss over the global batch, and every worker applies the same SGD-momentum update to the same
+/// weights, so N workers follow one worker's trajectory (up to float summation order).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mwms/strategy.h"
+
+#include "idx_reader.h"
+#include "metrics.h"
+#include "mlp.h"
+
+namespace mwms::train {
+
+struct TrainConfig {
+  int epochs = 3;
+  int global_batch_size = 64;
+  double learning_rate = 0.01;
+  float momentum = 0.9f;
+  std::uint64_t seed = 42;
+  std::string checkpoint_dir;     ///< empty: no checkpoints
+  bool resume = false;
+  int max_steps_per_epoch = 0;    ///< 0: every full global batch of the training set
+  int eval_chunk = 1000;          ///< test examples per forward pass during evaluation
+};
+
+class Trainer {
+ public:
+  /// Keeps references to `strategy`, `train` and `test`: they must outlive the trainer.
+  Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strategy, const Dataset& train,
+          const Dataset& test);
+
+  /// Collective. Initialises the weights from the seed, or (with --resume and a checkpoint) the
+  /// leader restores them; then the leader's parameters and momentum buffers are broadcast to
+  /// every worker. Returns the number of epochs already completed (0 for a fresh run).
+  /// @throws std::runtime_error on every worker when the leader's checkpoint is unusable.
+  int prepare();
+
+  /// Collective. Trains epoch `epoch` (0-based); losses are reduced across workers.
+  EpochStats train_epoch(int epoch);
+
+  /// Collective. Accuracy on the whole test set: each worker evaluates its shard of it and the
+  /// correct counts are summed across workers.
+  double evaluate();
+
+  /// Leader only: writes the checkpoint after `epochs_completed` epochs.
+  void save(int epochs_completed);
+
+  /// Global batches per epoch (the last partial batch is dropped).
+  int steps_per_epoch() const;
+
+ private:
+  int restore_on_leader();
+
+  TrainConfig config_;
+  MultiWorkerMirroredStrategy& strategy_;
+  const Dataset& train_;
+  const Dataset& test_;
+  Mlp model_;
+  SgdMomentum optimizer_;
+  Shard shard_;                         // this worker's rows of every global batch
+  std::vector<TensorRef> grad_tensors_; // the flat gradient, whole or per layer
+  std::vector<std::uint32_t> order_;    // the epoch's global shuffle
+  FloatBuffer batch_x_;          // shard rows, gathered and scaled
+  std::vector<std::uint8_t> batch_y_;
+};
+
+}  // namespace mwms::train
