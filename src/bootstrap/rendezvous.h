@@ -4,7 +4,9 @@
 // job cannot start. The listener stays open for the transport's ring connections.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/socket.h"
 #include "mwms/cluster.h"
