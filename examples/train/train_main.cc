@@ -15,6 +15,7 @@
 
 #include "mwms/mwms.h"
 
+#include "checkpoint.h"
 #include "idx_reader.h"
 #include "metrics.h"
 #include "trainer.h"
@@ -107,16 +108,35 @@ const char* source_name(mwms::ClusterSource source) {
   return "unknown";
 }
 
-std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(const Flags& f) {
+mwms::ResolvedCluster resolve_cluster(const Flags& f) {
+  if (f.job_name.empty()) return mwms::resolve_from_environment();  // TF_CONFIG, mpirun, alone
+  return mwms::resolve_flags(f.job_name, f.task_index, read_file(f.cluster_spec_file));
+}
+
+// An evaluator is its own world of one and never joins the training ring (TF's rule): like TF's
+// sidecar evaluator it evaluates the chief's latest checkpoint and exits.
+Flags evaluator_flags(const Flags& f, const mwms::ResolvedCluster& cluster) {
+  if (f.train.checkpoint_dir.empty() ||
+      !std::ifstream(mwms::train::checkpoint_path(f.train.checkpoint_dir)).good()) {
+    throw std::runtime_error(cluster.task_name() +
+                             " is outside the training ring and only evaluates the chief's "
+                             "checkpoints: pass the chief's --checkpoint_dir (no checkpoint found" +
+                             (f.train.checkpoint_dir.empty() ? std::string(")")
+                                                             : " in " + f.train.checkpoint_dir + ")"));
+  }
+  std::printf("train: %s is outside the training ring; evaluating the checkpoint in %s\n",
+              cluster.task_name().c_str(), f.train.checkpoint_dir.c_str());
+  Flags e = f;
+  e.train.resume = true;
+  e.train.epochs = 0;
+  return e;
+}
+
+std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(
+    const Flags& f, const mwms::ResolvedCluster& cluster) {
   mwms::CommunicationOptions options;
   options.bytes_per_pack = f.bytes_per_pack;
   options.timeout_seconds = f.timeout_seconds;
-  if (f.job_name.empty()) {
-    // TF_CONFIG, then an mpirun environment, then a single process.
-    return std::make_unique<mwms::MultiWorkerMirroredStrategy>(options);
-  }
-  const mwms::ResolvedCluster cluster =
-      mwms::resolve_flags(f.job_name, f.task_index, read_file(f.cluster_spec_file));
   return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options);
 }
 
@@ -128,10 +148,13 @@ void print_epoch(const EpochStats& e, int epochs) {
   std::fflush(stdout);
 }
 
-int run(const Flags& f) {
+int run(const Flags& flags) {
   // Workers share the cores; Eigen's own threads would only compete with the other processes.
   Eigen::setNbThreads(1);
-  auto strategy = make_strategy(f);
+  mwms::ResolvedCluster cluster = resolve_cluster(flags);
+  const Flags f = cluster.in_ring ? flags : evaluator_flags(flags, cluster);
+  if (!cluster.in_ring) cluster = mwms::ResolvedCluster{};  // leader of its own world of one
+  auto strategy = make_strategy(f, cluster);
   const mwms::train::Dataset train_set = mwms::train::load_split(f.data_dir, "train", 10);
   const mwms::train::Dataset test_set = mwms::train::load_split(f.data_dir, "t10k", 10);
   mwms::train::Trainer trainer(f.train, *strategy, train_set, test_set);

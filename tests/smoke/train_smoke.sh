@@ -48,8 +48,10 @@ run_pair() {  # LABEL CMD0... -- CMD1... (each given as a single string)
 
 common="--epochs 1 --max_steps_per_epoch $steps --timeout_seconds 60"
 
-# 1. mpirun -np 2
+# 1. mpirun -np 2 (the leader also writes a checkpoint for the evaluator below)
+rm -rf "$work/ckpt"
 timeout 300 mpirun --oversubscribe -np 2 "$train" $common --metrics_file "$work/mpi.json" \
+  --checkpoint_dir "$work/ckpt" \
   > "$work/mpi.log" 2>&1 || { echo "FAIL mpirun"; cat "$work/mpi.log"; exit 1; }
 check_metrics "$work/mpi.json" mpirun
 
@@ -77,6 +79,21 @@ run_pair flags \
   "timeout 300 $train $common --job_name worker --task_index 1 --cluster_spec $work/cluster.json"
 check_metrics "$work/flags.json" flags
 
+# 5. An evaluator task never joins the ring: it evaluates the chief's checkpoint alone.
+eval_config='{"cluster":{"chief":["localhost:1"],"worker":["localhost:2"],"evaluator":["localhost:3"]},"task":{"type":"evaluator","index":0}}'
+TF_CONFIG=$eval_config timeout 120 "$train" --checkpoint_dir "$work/ckpt" > "$work/eval.log" 2>&1 ||
+  { echo "FAIL evaluator"; cat "$work/eval.log"; exit 1; }
+grep -q "test accuracy $(cat "$work/mpi.json.acc")" "$work/eval.log" ||
+  { echo "FAIL evaluator: accuracy differs from the chief's"; cat "$work/eval.log"; exit 1; }
+echo "ok evaluator: evaluated the chief's checkpoint outside the ring"
+# ... and a ps task is refused: all-reduce strategies use no parameter servers.
+ps_config='{"cluster":{"worker":["localhost:2"],"ps":["localhost:3"]},"task":{"type":"ps","index":0}}'
+if TF_CONFIG=$ps_config timeout 60 "$train" > "$work/ps.log" 2>&1; then
+  echo "FAIL ps: a ps task must exit non-zero"; exit 1
+fi
+grep -qi "parameter server" "$work/ps.log" || { echo "FAIL ps message"; cat "$work/ps.log"; exit 1; }
+echo "ok ps: refused"
+
 # Same data, same seed, same global batch: every launch mode must reach the same accuracy.
 first=$(cat "$work/mpi.json.acc")
 for f in tf chief flags; do
@@ -84,4 +101,4 @@ for f in tf chief flags; do
   awk -v a="$first" -v b="$other" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
     { echo "FAIL: accuracy $other ($f) differs from $first (mpirun)"; exit 1; }
 done
-echo "train smoke: 4 launch modes passed"
+echo "train smoke: 4 launch modes, evaluator and ps passed"
