@@ -102,28 +102,46 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
 }
 
 TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tcp][fault]") {
-  LaunchOptions opts;
-  opts.world_size = 3;
-  opts.timeout_seconds = 30;
-  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10));
-    std::vector<float> v(64, 1.0f);
-    try {
-      // A rank still finishing the first call may learn of the mismatch there (relayed abort).
-      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
-      // Rank 2 passes a different count (a classic bug: uneven last batch).
-      comm->all_reduce(v.data(), rank == 2 ? 63 : 64, mwms::DataType::kFloat32,
-                       mwms::ReduceOp::kSum);
-    } catch (const mwms::CollectiveMismatchError& e) {
-      report(std::string("mismatch: ") + e.what());
-      throw;
+  // Rank 2 disagrees in one way per launch: count (a classic bug: uneven last batch), dtype, op.
+  struct Variant {
+    const char* name;
+    std::size_t count;
+    mwms::DataType dtype;
+    mwms::ReduceOp op;
+    const char* named;  // what the message must show of rank 2's call
+  };
+  const Variant variants[] = {
+      {"count", 63, mwms::DataType::kFloat32, mwms::ReduceOp::kSum, "count 63"},
+      {"dtype", 64, mwms::DataType::kInt32, mwms::ReduceOp::kSum, "int32"},
+      {"op", 64, mwms::DataType::kFloat32, mwms::ReduceOp::kMax, "max"},
+  };
+  for (const Variant& bad : variants) {
+    INFO("rank 2 passes a different " << bad.name);
+    LaunchOptions opts;
+    opts.world_size = 3;
+    opts.timeout_seconds = 30;
+    auto results = run_ranks(opts, [&bad](int rank, const std::string& tf_config, auto report) {
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10));
+      std::vector<float> v(64, 1.0f);
+      try {
+        // A rank still finishing the first call may learn of the mismatch there (relayed).
+        comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+        if (rank == 2) {
+          comm->all_reduce(v.data(), bad.count, bad.dtype, bad.op);
+        } else {
+          comm->all_reduce(v.data(), 64, mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+        }
+      } catch (const mwms::CollectiveMismatchError& e) {
+        report(std::string("mismatch: ") + e.what());
+        throw;
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    for (const ChildResult& r : results) {
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.output, Contains("mismatch: "));
+      CHECK_THAT(r.output, Contains(bad.named));
     }
-  });
-  INFO(mwms::testing::describe(results));
-  for (const ChildResult& r : results) {
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Contains("mismatch: "));
-    CHECK_THAT(r.output, Contains("count 63"));
   }
 }
 
