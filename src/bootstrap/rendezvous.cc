@@ -202,7 +202,9 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
     double waited = std::chrono::duration<double>(common::Clock::now() - start).count();
     throw BootstrapError(c->task_name() + " got no rendezvous answer from " +
                              c->task_name_of_rank(0) + " at " + c->ring[0] + " after " +
-                             fmt_seconds(waited) + ": " + r.describe(),
+                             fmt_seconds(waited) + ": " + r.describe() +
+                             " (is a libmwms task listening there, or another program holding "
+                             "that port?)",
                          context_of(*c, 0));
   }
   json reply = json::parse(text, nullptr, false);
