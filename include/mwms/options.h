@@ -35,6 +35,11 @@ struct MWMS_API CommunicatorOptions {
   double connect_timeout_seconds = 0;
   /// Pipeline chunk of the ring algorithms, in bytes; 0 uses MWMS_CHUNK_BYTES (default 256 KiB).
   std::size_t chunk_bytes = 0;
+  /// All-reduces of at most this many bytes use the latency-optimal gather variant (n-1 steps
+  /// instead of the ring's 2(n-1)); larger ones use the ring. -1 reads MWMS_SMALL_MESSAGE_BYTES
+  /// (default 65536); 0 sends everything but empty buffers through the ring. Every rank must use
+  /// the same value (a disagreement raises CollectiveMismatchError).
+  long long small_message_bytes = -1;
   /// Implementation; kAuto and kRing both select the TCP ring today.
   Implementation implementation = Implementation::kAuto;
 };

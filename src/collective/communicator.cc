@@ -8,6 +8,7 @@
 
 #include "bootstrap/rendezvous.h"
 #include "collective/algorithms/ring_algorithms.h"
+#include "collective/selector.h"
 #include "collective/transport/tcp/tcp_ring_connect.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -24,8 +25,11 @@ namespace {
 class TcpCommunicator final : public Communicator {
  public:
   TcpCommunicator(ResolvedCluster cluster, std::unique_ptr<TcpRingChannel> channel,
-                  double timeout_seconds)
-      : cluster_(std::move(cluster)), channel_(std::move(channel)), timeout_(timeout_seconds) {}
+                  double timeout_seconds, std::size_t small_message_bytes)
+      : cluster_(std::move(cluster)),
+        channel_(std::move(channel)),
+        timeout_(timeout_seconds),
+        small_message_bytes_(small_message_bytes) {}
 
   int rank() const noexcept override { return cluster_.task_id; }
   int world_size() const noexcept override { return cluster_.num_workers; }
@@ -35,10 +39,7 @@ class TcpCommunicator final : public Communicator {
   void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) override {
     CollectiveCall call = begin(CollectiveKind::kAllReduce, buffer, count, dtype, op, -1);
     if (world_size() == 1) return;
-    std::size_t seg = ring_segment(count, world_size(), 0).count * dtype_size(dtype);
-    char* scratch = grow_scratch(seg);
-    plan_all_reduce(call, static_cast<char*>(buffer), scratch, &plan_);
-    execute(call);
+    run_all_reduce(call, static_cast<char*>(buffer));
   }
 
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
@@ -89,9 +90,7 @@ class TcpCommunicator final : public Communicator {
     CollectiveCall call =
         begin(CollectiveKind::kBarrier, &token, 1, DataType::kInt32, ReduceOp::kSum, -1);
     if (world_size() == 1) return;
-    char* scratch = grow_scratch(sizeof(token));
-    plan_all_reduce(call, reinterpret_cast<char*>(&token), scratch, &plan_);
-    execute(call);
+    run_all_reduce(call, reinterpret_cast<char*>(&token));
   }
 
   void abort(const std::string& reason) noexcept override {
@@ -136,6 +135,28 @@ class TcpCommunicator final : public Communicator {
     return call;
   }
 
+  // The selector picks the plan; both plans reuse the one scratch buffer.
+  void run_all_reduce(CollectiveCall& call, char* buffer) {
+    const std::size_t bytes = call.count * dtype_size(call.dtype);
+    AllReduceChoice choice = select_all_reduce(bytes, world_size(), small_message_bytes_);
+    call.algorithm = static_cast<std::uint8_t>(choice.algorithm);
+    MWMS_LOG_TRACE(kColl, kind_name(call.kind) << " seq " << call.seq << " " << bytes
+                                               << " bytes: " << (call.algorithm ? "gather" : "ring")
+                                               << " (" << choice.reason << ")");
+    if (choice.algorithm == AllReduceAlgorithm::kGather) {
+      char* gather = grow_scratch(bytes * static_cast<std::size_t>(world_size()));
+      if (bytes > 0) std::memcpy(gather + static_cast<std::size_t>(rank()) * bytes, buffer, bytes);
+      plan_gather_all_reduce(call, gather, &plan_);
+      execute(call);
+      finish_gather_all_reduce(call, gather, buffer);
+      return;
+    }
+    char* scratch = grow_scratch(ring_segment(call.count, world_size(), 0).count *
+                                 dtype_size(call.dtype));
+    plan_all_reduce(call, buffer, scratch, &plan_);
+    execute(call);
+  }
+
   char* grow_scratch(std::size_t bytes) {
     if (scratch_.size() < bytes) {
       MWMS_LOG_DEBUG(kAlloc, "growing scratch from " << scratch_.size() << " to " << bytes << " bytes");
@@ -172,6 +193,7 @@ class TcpCommunicator final : public Communicator {
   ResolvedCluster cluster_;
   std::unique_ptr<TcpRingChannel> channel_;
   double timeout_;
+  std::size_t small_message_bytes_;
   std::uint64_t seq_ = 0;
   std::vector<char> scratch_;
   RingPlan plan_;
@@ -216,7 +238,11 @@ std::unique_ptr<Communicator> Communicator::create(const ResolvedCluster& cluste
                                                                   << ", transport tcp ring, chunk "
                                                                   << ring.chunk_bytes << " bytes");
   }
-  return std::make_unique<TcpCommunicator>(std::move(rv.cluster), std::move(channel), timeout);
+  long long small = options.small_message_bytes >= 0 ? options.small_message_bytes
+                                                    : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
+  if (small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
+  return std::make_unique<TcpCommunicator>(std::move(rv.cluster), std::move(channel), timeout,
+                                           static_cast<std::size_t>(small));
 }
 
 }  // namespace mwms

@@ -24,7 +24,9 @@ std::string describe(const FrameHeader& h) {
     out += ", " + std::string(to_string(static_cast<ReduceOp>(h.op)));
   }
   if (kind == CollectiveKind::kBroadcast) out += ", root " + std::to_string(h.root);
-  return out + ") seq " + std::to_string(h.seq);
+  out += ") seq " + std::to_string(h.seq);
+  if (kind == CollectiveKind::kAllReduce) out += h.algorithm == 1 ? " [gather]" : " [ring]";
+  return out;
 }
 
 void check_frame(const FrameHeader& expected, const FrameHeader& got, const ErrorContext& ctx) {
@@ -36,13 +38,15 @@ void check_frame(const FrameHeader& expected, const FrameHeader& got, const Erro
   }
   bool same_call = got.kind == expected.kind && got.dtype == expected.dtype &&
                    got.op == expected.op && got.count == expected.count &&
-                   got.root == expected.root && got.seq == expected.seq;
+                   got.root == expected.root && got.seq == expected.seq &&
+                   got.algorithm == expected.algorithm;
   if (!same_call) {
     throw CollectiveMismatchError("ranks called different collectives: this rank called " +
                                       describe(expected) + " but peer rank " +
                                       std::to_string(ctx.peer_rank) + " called " + describe(got) +
                                       "; every rank must call the same collectives in the same "
-                                      "order with the same count, dtype, op and root",
+                                      "order with the same count, dtype, op and root (and the "
+                                      "same MWMS_SMALL_MESSAGE_BYTES)",
                                   ctx);
   }
   if (got.step != expected.step || got.payload_bytes != expected.payload_bytes) {

@@ -34,7 +34,8 @@ struct FrameHeader {
   std::uint8_t kind = 0;
   std::uint8_t dtype = 0;
   std::uint8_t op = 0;
-  std::uint8_t reserved[3] = {0, 0, 0};
+  std::uint8_t algorithm = 0;  // which plan produced the frame (ranks must agree)
+  std::uint8_t reserved[2] = {0, 0};
   std::int32_t step = 0;
   std::int32_t root = -1;   // broadcast root; for kAbort the rank that failed
   std::uint64_t seq = 0;

@@ -26,6 +26,8 @@ const std::vector<EnvVarInfo>& env_registry() {
        "How long the rendezvous retries to reach peers before failing."},
       {"MWMS_CHUNK_BYTES", EnvType::kInt, "262144", ">= 4096",
        "Pipeline chunk of the ring algorithms, in bytes."},
+      {"MWMS_SMALL_MESSAGE_BYTES", EnvType::kInt, "65536", ">= 0",
+       "All-reduces up to this size use the gather variant (n-1 steps) instead of the ring."},
       {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
        "Default gradient bucket size of the strategy, in bytes."},
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",

@@ -133,14 +133,18 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
                 [&](std::size_t i) { return input_value(root, i, ReduceOp::kSum); });
 }
 
-void run_everything(int world_size, bool with_chief) {
+// small_message_bytes -1: the default selection (gather up to 64 KiB, ring above); 0: ring only.
+void run_everything(int world_size, bool with_chief, long long small_message_bytes) {
   mwms::testing::LaunchOptions opts;
   opts.world_size = world_size;
   opts.with_chief = with_chief;
   opts.timeout_seconds = 240;
-  auto results = mwms::testing::run_ranks(opts, [](int, const std::string& tf_config, auto report) {
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config));
-    const std::size_t counts[] = {0, 1, 7, 1009};  // empty, single, fewer than ranks, prime
+  auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config, auto report) {
+    mwms::CommunicatorOptions copts;
+    copts.small_message_bytes = small_message_bytes;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+    // empty, single, fewer than ranks, prime, and one just past the default gather threshold
+    const std::size_t counts[] = {0, 1, 7, 1009, 16411};
     for (DataType t : kAllTypes) {
       for (ReduceOp op : kAllOps) {
         for (std::size_t count : counts) check_all_reduce(*comm, t, op, count);
@@ -172,16 +176,38 @@ void run_everything(int world_size, bool with_chief) {
 
 }  // namespace
 
+TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[tcp][fault]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 30;
+  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    mwms::CommunicatorOptions copts;
+    copts.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+    copts.timeout_seconds = 10;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+    std::vector<float> v(1000, 1.0f);
+    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  });
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_SMALL_MESSAGE_BYTES"));
+  }
+}
+
 TEST_CASE("every collective dtype and op on 2 processes", "[tcp][multiproc]") {
-  run_everything(2, false);
+  run_everything(2, false, -1);
+  run_everything(2, false, 0);
 }
 
 TEST_CASE("every collective dtype and op on 3 processes (chief + 2 workers)", "[tcp][multiproc]") {
-  run_everything(3, true);
+  run_everything(3, true, -1);
+  run_everything(3, true, 0);
 }
 
 TEST_CASE("every collective dtype and op on 4 processes", "[tcp][multiproc]") {
-  run_everything(4, false);
+  run_everything(4, false, -1);
+  run_everything(4, false, 0);
 }
 
 TEST_CASE("world size 1 needs no peers and keeps the values", "[tcp][unit]") {

@@ -16,6 +16,7 @@ FrameHeader header_for(const CollectiveCall& call, int step, std::size_t payload
   h.dtype = static_cast<std::uint8_t>(call.dtype);
   h.op = static_cast<std::uint8_t>(call.op);
   h.root = call.root;
+  h.algorithm = call.algorithm;
   h.seq = call.seq;
   h.count = call.count;
   h.step = step;
@@ -80,6 +81,32 @@ void plan_all_reduce(const CollectiveCall& call, char* buffer, char* scratch, Ri
     Transfer& t = plan->transfers[t_index];
     set_send(call, t, t_index, buffer + out.offset * esize, out.count * esize, t_index - 1);
     set_recv(call, t, t_index, buffer + in.offset * esize, in.count * esize, false, -1);
+  }
+}
+
+void plan_gather_all_reduce(const CollectiveCall& call, char* gather, RingPlan* plan) {
+  const int n = call.world_size;
+  const int r = call.rank;
+  const std::size_t bytes = call.count * dtype_size(call.dtype);
+  plan->reset(static_cast<std::size_t>(n - 1));
+  // Step s forwards the buffer of rank r-s (step 0: our own) and receives that of rank r-s-1.
+  for (int s = 0; s < n - 1; ++s) {
+    Transfer& t = plan->transfers[s];
+    set_send(call, t, s, gather + wrap(r - s, n) * bytes, bytes, s - 1);
+    set_recv(call, t, s, gather + wrap(r - s - 1, n) * bytes, bytes, false, -1);
+  }
+}
+
+void finish_gather_all_reduce(const CollectiveCall& call, const char* gather, char* buffer) {
+  const std::size_t bytes = call.count * dtype_size(call.dtype);
+  if (bytes == 0) return;
+  // Rank order, not arrival order: float results must not depend on who computes them.
+  std::memcpy(buffer, gather, bytes);
+  for (int k = 1; k < call.world_size; ++k) {
+    kernels::reduce(buffer, gather + k * bytes, call.count, call.dtype, call.op);
+  }
+  if (call.op == ReduceOp::kMean) {
+    kernels::scale_divide(buffer, call.count, call.dtype, call.world_size);
   }
 }
 

@@ -46,11 +46,22 @@ struct CollectiveCall {
   std::uint64_t seq;
   int rank;
   int world_size;
+  std::uint8_t algorithm = 0;  // AllReduceAlgorithm, carried in every frame header
 };
+
+/// All-reduce algorithms (selector.h chooses one per call).
+enum class AllReduceAlgorithm : std::uint8_t { kRing = 0, kGather = 1 };
 
 /// In-place ring all-reduce: n-1 reduce-scatter steps then n-1 all-gather steps. `scratch` holds
 /// at least one segment (ceil(count / n) elements).
 void plan_all_reduce(const CollectiveCall& call, char* buffer, char* scratch, RingPlan* plan);
+/// Latency-optimal all-reduce for small messages: a ring all-gather of every rank's whole buffer
+/// into `gather` (n slots of count elements; slot r must already hold this rank's input), n-1
+/// transfers instead of 2(n-1). finish_gather_all_reduce() then reduces the slots in rank order,
+/// so every rank computes bit-identical results.
+void plan_gather_all_reduce(const CollectiveCall& call, char* gather, RingPlan* plan);
+void finish_gather_all_reduce(const CollectiveCall& call, const char* gather, char* buffer);
+
 /// Reduce-scatter (rank r ends with block r). `scratch` holds 2 * recv_count elements.
 void plan_reduce_scatter(const CollectiveCall& call, const char* send, char* recv, char* scratch,
                          RingPlan* plan);
