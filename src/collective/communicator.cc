@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
+#include "mwms/version.h"
 
 namespace mwms {
 
@@ -234,6 +235,10 @@ std::unique_ptr<Communicator> Communicator::create(const ResolvedCluster& cluste
     channel = connect_tcp_ring(rv.cluster, rv.listener, ring);
   }
   if (rv.cluster.is_chief) {
+    MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
+    for (const auto& var : common::env_registry()) {
+      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_string(var.name));
+    }
     MWMS_LOG_INFO(kInit, "libmwms communicator ready: world size " << rv.cluster.num_workers
                                                                   << ", transport tcp ring, chunk "
                                                                   << ring.chunk_bytes << " bytes");

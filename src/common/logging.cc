@@ -19,7 +19,7 @@ namespace {
 struct LogConfig {
   LogLevel level = LogLevel::kWarn;
   unsigned subsys_mask = 0;
-  FILE* out = stderr;
+  std::string file_pattern;  // MWMS_LOG_FILE, opened on first use (see log_stream)
   std::string host;
 };
 
@@ -83,11 +83,7 @@ const LogConfig& config() {
         if (name == level) c.level = static_cast<LogLevel>(i);
       }
       c.subsys_mask = parse_subsys(env_string("MWMS_LOG_SUBSYS"));
-      std::string file = env_string("MWMS_LOG_FILE");
-      if (!file.empty()) {
-        FILE* f = std::fopen(expand_path(file).c_str(), "a");
-        if (f != nullptr) c.out = f;
-      }
+      c.file_pattern = env_string("MWMS_LOG_FILE");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mwms: bad logging configuration: %s\n", e.what());
     }
@@ -97,6 +93,19 @@ const LogConfig& config() {
     return c;
   }();
   return cfg;
+}
+
+// The stream for the next line; called with the log mutex held. A pattern with %r waits until
+// bootstrap has set the rank, so lines from before that go to stderr.
+FILE* log_stream(const LogConfig& c) {
+  static FILE* file = nullptr;
+  static bool tried = false;
+  if (file != nullptr) return file;
+  bool needs_rank = c.file_pattern.find("%r") != std::string::npos;
+  if (c.file_pattern.empty() || tried || (needs_rank && g_rank.load() < 0)) return stderr;
+  tried = true;
+  file = std::fopen(expand_path(c.file_pattern).c_str(), "a");
+  return file != nullptr ? file : stderr;
 }
 
 }  // namespace
@@ -125,12 +134,13 @@ void log_write(LogLevel level, LogSubsys subsys, const char* file, int line,
     if (*p == '/') base = p + 1;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(c.out, "%s.%06ld %s:%d:%ld r%d/%d mwms %s %s %s:%d %s\n", stamp,
+  FILE* out = log_stream(c);
+  std::fprintf(out, "%s.%06ld %s:%d:%ld r%d/%d mwms %s %s %s:%d %s\n", stamp,
                static_cast<long>(usec.count()), c.host.c_str(), static_cast<int>(getpid()),
                static_cast<long>(syscall(SYS_gettid)), g_rank.load(), g_world.load(),
                kLevelNames[static_cast<int>(level)], kSubsysNames[static_cast<int>(subsys)], base,
                line, message.c_str());
-  std::fflush(c.out);
+  std::fflush(out);
 }
 
 void set_log_rank(int rank, int world_size) noexcept {
