@@ -183,7 +183,8 @@ void TcpRingChannel::check_control(int fd, int from_rank, const ErrorContext& ct
     (fd == ctrl_next_.fd() ? ctrl_next_open_ : ctrl_prev_open_) = false;
     return;
   }
-  std::string reason(std::min<std::uint64_t>(h.payload_bytes, kMaxAbortReasonBytes), '\0');
+  const std::uint64_t payload = h.payload_bytes;  // packed field: copy, never bind a reference
+  std::string reason(std::min<std::uint64_t>(payload, kMaxAbortReasonBytes), '\0');
   common::read_exact(fd, reason.data(), reason.size(), common::deadline_after(1.0));
   send_abort(h.root, reason, static_cast<AbortCause>(h.op));
   std::string text = "rank " + std::to_string(h.root) + " failed: " + reason +
