@@ -1,6 +1,7 @@
 #include "bootstrap/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -106,6 +107,24 @@ json hello_of(const ResolvedCluster& c) {
               {"pid", static_cast<int>(::getpid())}};
 }
 
+constexpr double kHelloSeconds = 3.0;
+
+// A hello has the fields and types check_hello reads (anything else came from a foreign client).
+bool valid_hello(const json& h) {
+  return h.is_object() && h.contains("rank") && h["rank"].is_number_integer() &&
+         h.contains("world_size") && h["world_size"].is_number_integer() && h.contains("task") &&
+         h["task"].is_string() && h.contains("address") && h["address"].is_string() &&
+         h.contains("cluster") && h["cluster"].is_string();
+}
+
+// True when the peer of a connection has closed it (or it was never open).
+bool peer_closed(const common::Socket& s) {
+  if (!s.valid()) return true;
+  char byte;
+  ssize_t n = ::recv(s.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
 // Checks one hello against the leader's own view; returns an error text or "".
 std::string check_hello(const ResolvedCluster& c, const json& h, const std::vector<bool>& seen) {
   int rank = h.value("rank", -1);
@@ -145,20 +164,29 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
     if (!s.valid()) break;  // deadline passed: reported below with the missing ranks
     MessageKind kind;
     std::string text;
-    IoResult m = recv_message(s.fd(), &kind, &text, std::min(deadline, common::deadline_after(10)));
-    if (m.status != IoStatus::kOk || kind != MessageKind::kHello) {
-      MWMS_LOG_WARN(kBoot, "ignoring a connection that sent no valid hello: " << m.describe());
+    // A libmwms task sends its hello right after connecting; a silent or foreign client must not
+    // hold up the others for long.
+    IoResult m = recv_message(s.fd(), &kind, &text,
+                              std::min(deadline, common::deadline_after(kHelloSeconds)));
+    json h = m.status == IoStatus::kOk ? json::parse(text, nullptr, false) : json();
+    if (m.status != IoStatus::kOk || kind != MessageKind::kHello || !valid_hello(h)) {
+      MWMS_LOG_WARN(kBoot, "ignoring a connection that sent no valid libmwms hello ("
+                               << m.describe() << ")");
       continue;
     }
-    json h = json::parse(text, nullptr, false);
-    if (h.is_discarded()) continue;
+    int rank = h["rank"].get<int>();
+    if (rank > 0 && rank < n && seen[rank] && peer_closed(conns[rank])) {
+      // The task restarted (e.g. its pod was rescheduled) after its first hello: take the new one.
+      MWMS_LOG_WARN(kBoot, "rendezvous: " << c->task_name_of_rank(rank) << " reconnected");
+      seen[rank] = false;
+      --arrived;
+    }
     error = check_hello(*c, h, seen);
-    int rank = h.value("rank", -1);
     if (error.empty()) {
       seen[rank] = true;
       conns[rank] = std::move(s);
       ++arrived;
-      MWMS_LOG_DEBUG(kBoot, "rendezvous: " << h.value("task", "?") << " arrived");
+      MWMS_LOG_DEBUG(kBoot, "rendezvous: " << h["task"].get<std::string>() << " arrived");
     } else {
       send_message(s.fd(), MessageKind::kReply, json{{"ok", false}, {"error", error}}.dump(),
                    common::deadline_after(5));
@@ -207,12 +235,26 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
                              "that port?)",
                          context_of(*c, 0));
   }
-  json reply = json::parse(text, nullptr, false);
-  if (reply.is_discarded() || !reply.value("ok", false)) {
-    std::string why = reply.is_discarded() ? "malformed answer" : reply.value("error", std::string("?"));
+  json reply = kind == MessageKind::kReply ? json::parse(text, nullptr, false) : json();
+  bool ok = reply.is_object() && reply.contains("ok") && reply["ok"].is_boolean();
+  if (ok && !reply["ok"].get<bool>()) {
+    std::string why = reply.contains("error") && reply["error"].is_string()
+                          ? reply["error"].get<std::string>()
+                          : std::string("no reason given");
     throw BootstrapError("rendezvous failed: " + why, context_of(*c, 0));
   }
-  c->ring = reply.at("ring").get<std::vector<std::string>>();
+  std::vector<std::string> ring;
+  try {
+    if (ok) ring = reply.at("ring").get<std::vector<std::string>>();
+  } catch (const json::exception&) {
+    ring.clear();
+  }
+  if (static_cast<int>(ring.size()) != c->num_workers) {
+    throw BootstrapError(c->task_name() + " got a malformed rendezvous answer from " +
+                             c->ring[0] + " (is another program holding that port?)",
+                         context_of(*c, 0));
+  }
+  c->ring = std::move(ring);
 }
 
 void log_ring(const ResolvedCluster& c) {

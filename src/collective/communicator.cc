@@ -229,6 +229,11 @@ std::unique_ptr<Communicator> Communicator::create(const ResolvedCluster& cluste
   for (const std::string& name : common::unknown_env_vars()) {
     MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
   }
+  if (!cluster.in_ring && cluster.num_workers > 1) {
+    throw InvalidArgument("a task outside the training ring (" + cluster.task_name() +
+                          ") is its own world of one, but num_workers is " +
+                          std::to_string(cluster.num_workers));
+  }
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout);
   std::unique_ptr<TcpRingChannel> channel;
   if (rv.cluster.num_workers > 1 && rv.cluster.in_ring) {

@@ -21,6 +21,9 @@ double seconds_left(Deadline d) {
 }
 
 Deadline deadline_after(double seconds) {
+  // Clamp: a huge timeout (1e11 s) would overflow the clock's representation into the past.
+  constexpr double kMaxSeconds = 1e8;  // ~3 years is "forever" for a training job
+  seconds = std::min(std::max(seconds, 0.0), kMaxSeconds);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
@@ -124,6 +127,16 @@ int local_port(const Socket& listener) {
 
 namespace {
 
+bool is_self_connection(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return false;
+  }
+  return local_len == peer_len && std::memcmp(&local, &peer, local_len) == 0;
+}
+
 // One connection attempt to any resolved address; returns a connected socket or sets *err.
 Socket try_connect(const std::string& host, int port, Deadline deadline, std::string* err) {
   addrinfo hints{};
@@ -155,6 +168,12 @@ Socket try_connect(const std::string& host, int port, Deadline deadline, std::st
     ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &so_error, &len);
     if (so_error != 0) {
       *err = std::strerror(so_error);
+      continue;
+    }
+    if (is_self_connection(s.fd())) {
+      // TCP simultaneous open: a loopback connect to a port in the ephemeral range can connect
+      // to itself while the peer is not listening yet. Treat it as "refused" and retry.
+      *err = "connection refused (self-connection)";
       continue;
     }
     result = std::move(s);

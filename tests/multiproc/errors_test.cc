@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bootstrap/rendezvous.h"
+#include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
 
@@ -212,4 +214,35 @@ TEST_CASE("a poisoned communicator fails fast with the original cause", "[tcp][f
   CHECK(results[0].exit_code == 0);
   CHECK_THAT(results[0].output, Contains("poisoned: "));
   CHECK_THAT(results[0].output, Contains("rank 1"));
+}
+
+TEST_CASE("silent and foreign clients at a listener do not stop the rendezvous", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    std::vector<mwms::common::Socket> strays;
+    if (rank == 1) {
+      // A port scanner that connects and says nothing, and a client that speaks our framing
+      // with nonsense inside, both aimed at the leader (worker 0) before rank 1 joins.
+      auto [host, port] = mwms::split_address(cluster.ring[0]);
+      std::string err;
+      auto deadline = mwms::common::deadline_after(20);
+      strays.push_back(mwms::common::connect_tcp(host, port, deadline, &err));
+      strays.push_back(mwms::common::connect_tcp(host, port, deadline, &err));
+      mwms::bootstrap::send_message(strays.back().fd(), mwms::bootstrap::MessageKind::kHello,
+                                    R"({"rank":"1","task":7})", deadline);
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto comm = mwms::Communicator::create(cluster, quick(30, 10));
+    std::vector<std::int64_t> v(5, rank + 1);
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kInt64, mwms::ReduceOp::kSum);
+    if (v[0] != 6) throw std::runtime_error("wrong sum " + std::to_string(v[0]));
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report("create+all_reduce " + std::to_string(seconds) + " s");
+    if (seconds > 8) throw std::runtime_error("strays held up the rendezvous");
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) CHECK(r.exit_code == 0);
 }

@@ -67,12 +67,22 @@ std::unique_ptr<TcpRingChannel> connect_tcp_ring(const ResolvedCluster& c,
     }
     MessageKind kind;
     std::string text;
-    if (bootstrap::recv_message(s.fd(), &kind, &text, deadline).status != common::IoStatus::kOk) {
+    // Our predecessor sends its hello right after connecting; a silent or foreign client must
+    // not hold up ring formation.
+    common::Deadline hello_deadline = std::min(deadline, common::deadline_after(3.0));
+    if (bootstrap::recv_message(s.fd(), &kind, &text, hello_deadline).status !=
+        common::IoStatus::kOk) {
+      MWMS_LOG_WARN(kRing, "ignoring a connection that sent no ring hello");
       continue;
     }
     json hello = json::parse(text, nullptr, false);
-    if (hello.is_discarded() || hello.value("rank", -1) != prev) {
-      MWMS_LOG_WARN(kRing, "ignoring a ring connection that is not from rank " << prev);
+    bool from_prev = hello.is_object() && hello.contains("rank") &&
+                     hello["rank"].is_number_integer() && hello["rank"].get<int>() == prev &&
+                     hello.contains("fingerprint") && hello["fingerprint"].is_string() &&
+                     hello["fingerprint"].get<std::string>() == c.cluster.fingerprint();
+    if (!from_prev) {
+      MWMS_LOG_WARN(kRing, "ignoring a ring connection that is not from rank "
+                               << prev << " of this cluster: " << text.substr(0, 200));
       continue;
     }
     if (kind == MessageKind::kRingData && !data_prev.valid()) data_prev = std::move(s);
