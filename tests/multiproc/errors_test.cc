@@ -246,3 +246,32 @@ TEST_CASE("silent and foreign clients at a listener do not stop the rendezvous",
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) CHECK(r.exit_code == 0);
 }
+
+TEST_CASE("abort tells the peers which rank gave up and why", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 30;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(10, 10));
+    std::vector<float> v(16, 1.0f);
+    if (rank == 1) {
+      comm->abort("loss became NaN at step 7");
+      ::sleep(2);  // stay alive: the peers must learn it from the abort, not from a closed socket
+      try {
+        comm->barrier();
+      } catch (const mwms::InvalidUsage& e) {
+        report(std::string("self: ") + e.what());
+      }
+      return;
+    }
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK(results[1].exit_code == 0);
+  CHECK_THAT(results[1].output, Contains("self: "));
+  for (int r : {0, 2}) {
+    CHECK(results[r].exit_code == 1);
+    CHECK_THAT(results[r].output, Contains("rank 1 failed: loss became NaN at step 7"));
+    CHECK(results[r].seconds < 2);
+  }
+}
