@@ -184,8 +184,10 @@ std::vector<std::string> parse_job(const std::string& job, const nlohmann::json&
       if (index != expected) {
         throw BootstrapError(std::string(where) + ": cluster." + job + " is sparse (task " + job +
                              " " + std::to_string(expected) +
-                             " is missing); an all-reduce ring needs every task listed, indexes " +
-                             "0.." + std::to_string(by_index.size() - 1));
+                             " is missing; it lists " + std::to_string(by_index.size()) +
+                             " task(s) up to index " + std::to_string(by_index.rbegin()->first) +
+                             "): an all-reduce ring needs every task listed (TF's sparse "
+                             "TF_CONFIG is for parameter-server training)");
       }
       items.push_back(address);
       ++expected;
