@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -127,6 +128,15 @@ int local_port(const Socket& listener) {
 
 namespace {
 
+// The loopback address for the reserved localhost names, or nullptr for any other host.
+const char* loopback_literal(const std::string& host) {
+  std::string lower;
+  for (char c : host) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "localhost" || lower == "localhost.localdomain") return "127.0.0.1";
+  if (lower == "ip6-localhost" || lower == "ip6-loopback") return "::1";
+  return nullptr;
+}
+
 bool is_self_connection(int fd) {
   sockaddr_storage local{}, peer{};
   socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
@@ -145,6 +155,11 @@ Socket try_connect(const std::string& host, int port, Deadline deadline, std::st
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
   int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0 && loopback_literal(host) != nullptr) {
+    // RFC 6761: "localhost" always means the loopback interface, even on a system without
+    // /etc/hosts (a bare container or chroot) whose DNS does not answer for it.
+    rc = ::getaddrinfo(loopback_literal(host), service.c_str(), &hints, &res);
+  }
   if (rc != 0) {
     *err = std::string("cannot resolve host: ") + ::gai_strerror(rc);
     return Socket();
