@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Smoke run of all_reduce_perf as users run it: under mpirun with --compare mpi and --json, and as
+# two TF_CONFIG processes for every dtype. Each run checks every result (#wrong must be 0) and
+# exits non-zero otherwise; here we also check the JSON rows and the refusal of --compare mpi
+# without MPI. Usage: bench_smoke.sh ALL_REDUCE_PERF WORKDIR
+set -euo pipefail
+perf=$1
+work=$2
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export MWMS_CONNECT_TIMEOUT_SECONDS=30 MWMS_TIMEOUT_SECONDS=60
+
+# 1. mpirun -np 2, --compare mpi, --json: sizes 8 B .. 1 MiB.
+timeout 300 mpirun --oversubscribe -np 2 "$perf" -b 8 -e 1M -f 4 -n 3 -w 1 --compare mpi \
+  --json "$work/ar.json" > "$work/mpi.log" 2>&1 || { echo "FAIL mpirun"; cat "$work/mpi.log"; exit 1; }
+rows=$(grep -o '"collective"' "$work/ar.json" | wc -l)
+[ "$rows" -ge 9 ] || { echo "FAIL: $rows JSON rows"; cat "$work/ar.json"; exit 1; }
+for key in size count type redop ranks backend time_us algbw busbw wrong mpi_time_us mpi_busbw ratio; do
+  grep -q "\"$key\"" "$work/ar.json" || { echo "FAIL: JSON key $key missing"; exit 1; }
+done
+if grep -Eq '"wrong": *[1-9]' "$work/ar.json"; then echo "FAIL: wrong results"; exit 1; fi
+grep -q "Out of bounds values : 0" "$work/mpi.log" || { echo "FAIL footer"; cat "$work/mpi.log"; exit 1; }
+echo "ok mpirun: $rows rows, 0 wrong"
+
+# 2. Two TF_CONFIG processes, every dtype (with a fitting op), no MPI.
+free_port() {
+  local p
+  while :; do
+    p=$(( (RANDOM % 20000) + 30000 ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+for spec in float32:sum float64:prod float16:mean bfloat16:max int32:min int64:sum; do
+  dtype=${spec%:*} op=${spec#*:}
+  p0=$(free_port); p1=$(free_port)
+  cluster="{\"worker\":[\"127.0.0.1:$p0\",\"127.0.0.1:$p1\"]}"
+  TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":1}}" \
+    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$dtype" -o "$op" > "$work/tf1.log" 2>&1 &
+  pid=$!
+  TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":0}}" \
+    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$dtype" -o "$op" > "$work/tf0.log" 2>&1 ||
+    { echo "FAIL tf_config $spec"; cat "$work/tf0.log" "$work/tf1.log"; exit 1; }
+  wait "$pid" || { echo "FAIL tf_config $spec (worker 1)"; cat "$work/tf1.log"; exit 1; }
+  grep -q "$dtype" "$work/tf0.log" || { echo "FAIL: no $dtype rows"; cat "$work/tf0.log"; exit 1; }
+  echo "ok tf_config $dtype $op"
+done
+
+# 3. --compare mpi without mpirun is refused with a reason, not a crash or a hang.
+if timeout 60 "$perf" -b 8 -e 8 --compare mpi > "$work/nompi.log" 2>&1; then
+  echo "FAIL: --compare mpi without mpirun succeeded"; exit 1
+fi
+grep -qi "mpi" "$work/nompi.log" || { echo "FAIL: no reason given"; cat "$work/nompi.log"; exit 1; }
+echo "bench smoke passed"
