@@ -61,9 +61,11 @@ class Sweep {
   Sweep(const CollectiveDescriptor& collective, const BenchOptions& options, Communicator& comm)
       : collective_(collective), options_(options), comm_(comm),
         elem_bytes_(dtype_size(options.dtype)),
-        max_count_(collective.count_for_bytes(options.max_bytes, elem_bytes_, comm.world_size())),
-        buffer_(max_count_ * elem_bytes_),
-        mpi_buffer_(options.compare_mpi ? max_count_ * elem_bytes_ : 0) {}
+        max_elements_(collective.buffer_count(
+            collective.count_for_bytes(options.max_bytes, elem_bytes_, comm.world_size()),
+            comm.world_size())),
+        buffer_(max_elements_ * elem_bytes_),
+        mpi_buffer_(options.compare_mpi ? max_elements_ * elem_bytes_ : 0) {}
 
   /// Runs every size; returns the exit status (1 when any element was wrong).
   int run() {
@@ -95,48 +97,53 @@ class Sweep {
   }
 
  private:
-  void run_ours(std::size_t count) {
-    collective_.run(comm_, buffer_.data(), count, options_.dtype, options_.op);
+  CallShape shape(std::size_t count) const {
+    return CallShape{count, comm_.rank(), comm_.world_size(), options_.op, options_.root};
   }
-  void run_mpi(std::size_t count) {
-    collective_.run_mpi(mpi_buffer_.data(), count, options_.dtype, options_.op);
+  void run_ours(const CallShape& shape) {
+    collective_.run(comm_, buffer_.data(), shape, options_.dtype);
+  }
+  void run_mpi(const CallShape& shape) {
+    collective_.run_mpi(mpi_buffer_.data(), shape, options_.dtype);
   }
 
   // The first iteration runs on the check pattern and is verified; it also serves as the first
   // warm-up iteration.
-  std::int64_t check_first_iteration(std::size_t count) {
-    const int rank = comm_.rank(), world = comm_.world_size();
-    fill_input(collective_, buffer_.data(), count, options_.dtype, options_.op, rank, world);
-    run_ours(count);
-    return count_wrong(collective_, buffer_.data(), count, options_.dtype, options_.op, world);
+  std::int64_t check_first_iteration(const CallShape& shape) {
+    fill_input(collective_, buffer_.data(), shape, options_.dtype);
+    run_ours(shape);
+    return count_wrong(collective_, buffer_.data(), shape, options_.dtype);
   }
 
   template <typename Run>
-  double median_time_us(void* buffer, std::size_t count, int warmups, Run&& run_once) {
-    fill_constant(buffer, count, options_.dtype, collective_.timing_value(options_.op));
+  double median_time_us(void* buffer, std::size_t elements, int warmups, Run&& run_once) {
+    fill_constant(buffer, elements, options_.dtype, collective_.timing_value(options_.op));
     for (int i = 0; i < warmups; ++i) run_once();
     comm_.barrier();  // start the timed loop together, not skewed by the check above
     time_iterations(options_.iters, times_us_, run_once);
     return median(times_us_);
   }
 
+  // One row; size and count describe the whole in-place buffer, as nccl-tests print them.
   ResultRow measure(std::size_t count) {
+    const CallShape call = shape(count);
+    const std::size_t elements = collective_.buffer_count(count, comm_.world_size());
     ResultRow row;
-    row.count = count;
-    row.bytes = count * elem_bytes_;
+    row.count = elements;
+    row.bytes = elements * elem_bytes_;
     row.type = std::string(to_string(options_.dtype));
-    row.redop = std::string(to_string(options_.op));
+    row.redop = collective_.uses_op ? std::string(to_string(options_.op)) : "none";
     int warmups = options_.warmup_iters;
     std::int64_t wrong = 0;
     if (options_.check != 0) {
-      wrong = check_first_iteration(count);
+      wrong = check_first_iteration(call);
       if (warmups > 0) --warmups;
     }
-    double times[2] = {median_time_us(buffer_.data(), count, warmups, [&] { run_ours(count); }),
+    double times[2] = {median_time_us(buffer_.data(), elements, warmups, [&] { run_ours(call); }),
                        0.0};
     if (options_.compare_mpi) {
-      times[1] = median_time_us(mpi_buffer_.data(), count, options_.warmup_iters,
-                                [&] { run_mpi(count); });
+      times[1] = median_time_us(mpi_buffer_.data(), elements, options_.warmup_iters,
+                                [&] { run_mpi(call); });
     }
     // A collective finishes when its slowest rank does: quote the slowest rank's median.
     comm_.all_reduce(times, 2, DataType::kFloat64, ReduceOp::kMax);
@@ -161,7 +168,9 @@ class Sweep {
               << " step: " << options_.step_factor << "(factor) warmup iters: "
               << options_.warmup_iters << " iters: " << options_.iters
               << " validation: " << options_.check << " backend: " << options_.backend
-              << " compare: " << (options_.compare_mpi ? "mpi" : "none") << "\n"
+              << " compare: " << (options_.compare_mpi ? "mpi" : "none");
+    if (collective_.uses_root) std::cout << " root: " << options_.root;
+    std::cout << "\n"
               << "# time: median iteration time of each rank, max over ranks; algbw = size / time;"
               << " busbw = algbw * " << collective_.busbw_factor(comm_.world_size()) << "\n#\n"
               << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
@@ -178,7 +187,7 @@ class Sweep {
   const BenchOptions& options_;
   Communicator& comm_;
   std::size_t elem_bytes_;
-  std::size_t max_count_;
+  std::size_t max_elements_;
   TouchedBuffer buffer_;
   TouchedBuffer mpi_buffer_;
   std::vector<double> times_us_;
@@ -211,6 +220,11 @@ int run_with_communicator(const CollectiveDescriptor& collective, const BenchOpt
                           " ranks but libmwms resolved " + std::to_string(comm->world_size()) +
                           " (TF_CONFIG set under mpirun?)");
   }
+  if (collective.uses_root && options.root >= comm->world_size()) {
+    // Every rank has the same options, so every rank stops here: no peer is left waiting.
+    throw InvalidArgument("--root " + std::to_string(options.root) + " is not a rank (world size " +
+                          std::to_string(comm->world_size()) + ")");
+  }
   try {
     return Sweep(collective, options, *comm).run();
   } catch (const std::exception& e) {
@@ -226,7 +240,7 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
   const bool under_mpirun = launched_by_mpirun();
   int status = 0;
   std::optional<BenchOptions> options =
-      parse_options(argc, argv, program, launcher_rank() == 0, &status);
+      parse_options(argc, argv, program, launcher_rank() == 0, &status, collective.uses_root);
   if (!options) return status;
   try {
     check_compare_mpi(collective, *options);

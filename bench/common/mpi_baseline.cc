@@ -33,6 +33,15 @@ MPI_Datatype to_mpi(DataType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
+// MPI counts are int; a larger count is refused rather than truncated.
+int to_mpi_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw InvalidArgument(std::string(what) + " takes an int count; " + std::to_string(count) +
+                          " elements is too many");
+  }
+  return static_cast<int>(count);
+}
+
 MPI_Op to_mpi(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -96,13 +105,30 @@ std::string unsupported_reason(DataType dtype, ReduceOp op) {
 }
 
 void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
-  if (count > static_cast<std::size_t>(INT_MAX)) {
-    throw InvalidArgument("MPI_Allreduce takes an int count; " + std::to_string(count) +
-                          " elements is too many");
-  }
-  throw_if_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), to_mpi(dtype),
-                             to_mpi(op), MPI_COMM_WORLD),
+  const int n = to_mpi_count(count, "MPI_Allreduce");
+  throw_if_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, n, to_mpi(dtype), to_mpi(op), MPI_COMM_WORLD),
                "MPI_Allreduce");
+}
+
+void all_gather(void* buffer, std::size_t count, DataType dtype) {
+  // With MPI_IN_PLACE the send count and type are ignored (passed valid all the same); this
+  // rank's block is already in place.
+  const int n = to_mpi_count(count, "MPI_Allgather");
+  throw_if_mpi(MPI_Allgather(MPI_IN_PLACE, n, to_mpi(dtype), buffer, n, to_mpi(dtype),
+                             MPI_COMM_WORLD),
+               "MPI_Allgather");
+}
+
+void reduce_scatter(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
+  const int n = to_mpi_count(count, "MPI_Reduce_scatter_block");
+  throw_if_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, to_mpi(dtype), to_mpi(op),
+                                        MPI_COMM_WORLD),
+               "MPI_Reduce_scatter_block");
+}
+
+void broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
+  const int n = to_mpi_count(count, "MPI_Bcast");
+  throw_if_mpi(MPI_Bcast(buffer, n, to_mpi(dtype), root, MPI_COMM_WORLD), "MPI_Bcast");
 }
 
 }  // namespace mwms::bench::mpi

@@ -1,4 +1,5 @@
-// The MPI side of --compare mpi: Open MPI's MPI_Allreduce, timed in the same run as libmwms so
+// The MPI side of --compare mpi: Open MPI's collective (MPI_Allreduce, MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Bcast), timed in the same run as libmwms so
 // that the ratio survives a noisy machine. Two implementations of this header exist and CMake
 // compiles exactly one: mpi_baseline.cc (built with MPI) and mpi_baseline_none.cc (without), so
 // no #if is needed anywhere in the bench.
@@ -26,11 +27,20 @@ void finalize() noexcept;
 /// Kills every rank of the job (after an error on one rank, so the others do not wait forever).
 [[noreturn]] void abort_job(int status) noexcept;
 
-/// Empty when MPI_Allreduce can run `dtype`/`op`, otherwise why not (MPI has no float16 type).
+/// Empty when MPI can run `dtype`/`op`, otherwise why not (MPI has no float16 type).
 std::string unsupported_reason(DataType dtype, ReduceOp op);
 /// In-place MPI_Allreduce (MPI_IN_PLACE) on MPI_COMM_WORLD. kMean runs as MPI_SUM: MPI has no
 /// mean, and the division is a local pass that does not change the comparison.
 /// @throws mwms::BackendError on an MPI error, InvalidArgument when count exceeds INT_MAX.
 void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op);
+/// In-place MPI_Allgather: `buffer` holds world_size() * count elements, this rank's block in place.
+/// @throws as all_reduce.
+void all_gather(void* buffer, std::size_t count, DataType dtype);
+/// In-place MPI_Reduce_scatter_block: `buffer` holds world_size() * count elements of input; the
+/// result (count elements) lands at its start, MPI's in-place convention. kMean runs as MPI_SUM.
+/// @throws as all_reduce.
+void reduce_scatter(void* buffer, std::size_t count, DataType dtype, ReduceOp op);
+/// MPI_Bcast of `count` elements from `root`. @throws as all_reduce.
+void broadcast(void* buffer, std::size_t count, DataType dtype, int root);
 
 }  // namespace mwms::bench::mpi

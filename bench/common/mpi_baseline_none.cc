@@ -19,5 +19,8 @@ void finalize() noexcept {}
 void abort_job(int status) noexcept { std::exit(status); }
 std::string unsupported_reason(DataType, ReduceOp) { return kNoMpi; }
 void all_reduce(void*, std::size_t, DataType, ReduceOp) { throw BackendError(kNoMpi, 0); }
+void all_gather(void*, std::size_t, DataType) { throw BackendError(kNoMpi, 0); }
+void reduce_scatter(void*, std::size_t, DataType, ReduceOp) { throw BackendError(kNoMpi, 0); }
+void broadcast(void*, std::size_t, DataType, int) { throw BackendError(kNoMpi, 0); }
 
 }  // namespace mwms::bench::mpi

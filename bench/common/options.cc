@@ -54,6 +54,7 @@ void validate(const BenchOptions& o) {
   if (!(o.step_factor > 1)) throw InvalidArgument("--stepfactor must be > 1");
   if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
   if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
+  if (o.root < 0) throw InvalidArgument("--root must be >= 0");
   if (o.backend != "tcp") {
     throw InvalidArgument("--backend " + o.backend + " is not available (only tcp exists)");
   }
@@ -62,7 +63,7 @@ void validate(const BenchOptions& o) {
 }  // namespace
 
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
-                                          bool print, int* exit_status) {
+                                          bool print, int* exit_status, bool with_root) {
   BenchOptions o;
   std::string min_bytes = "8", max_bytes = "64M", dtype = "float32", op = "sum", compare;
   CLI::App app{std::string(program) + ": libmwms collective benchmark (nccl-tests flags)"};
@@ -84,6 +85,9 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
   app.add_option("--compare", compare, "Also time this implementation (mpi)")
       ->check(CLI::IsMember({"mpi", "none"}));
   app.add_option("--json", o.json_path, "Write the rows as a JSON array to this file");
+  if (with_root) {
+    app.add_option("-r,--root", o.root, "Rank whose buffer is broadcast")->capture_default_str();
+  }
   try {
     app.parse(argc, argv);
     o.min_bytes = parse_byte_size(min_bytes);

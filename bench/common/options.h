@@ -23,13 +23,15 @@ struct BenchOptions {
   std::string backend = "tcp";
   bool compare_mpi = false;
   std::string json_path;  ///< empty: no JSON file
+  int root = 0;           ///< -r/--root, rooted collectives only; checked against the world size later
 };
 
 /// Parses argv. Returns the options, or std::nullopt after --help (printed) or an error (printed
 /// to stderr); then `*exit_status` holds the status the program should exit with.
 /// `print` false keeps quiet (non-zero ranks under mpirun, so messages appear once).
+/// `with_root` adds -r/--root (broadcast); other tools do not accept it.
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
-                                          bool print, int* exit_status);
+                                          bool print, int* exit_status, bool with_root = false);
 
 /// "8", "64K", "64M", "1G" (binary multiples, case-insensitive, optional trailing B).
 /// @throws mwms::InvalidArgument on anything else.

@@ -94,10 +94,11 @@ void store_element(void* buffer, std::size_t i, DataType dtype, double value) {
   }
 }
 
-void fill_input(const CollectiveDescriptor& collective, void* buffer, std::size_t count,
-                DataType dtype, ReduceOp op, int rank, int world_size) {
-  for (std::size_t i = 0; i < count; ++i) {
-    store_element(buffer, i, dtype, collective.input_value(i, rank, world_size, op));
+void fill_input(const CollectiveDescriptor& collective, void* buffer, const CallShape& shape,
+                DataType dtype) {
+  const std::size_t elements = collective.buffer_count(shape.count, shape.world_size);
+  for (std::size_t i = 0; i < elements; ++i) {
+    store_element(buffer, i, dtype, collective.input_value(i, shape));
   }
 }
 
@@ -110,11 +111,12 @@ void fill_constant(void* buffer, std::size_t count, DataType dtype, double value
 }
 
 std::int64_t count_wrong(const CollectiveDescriptor& collective, const void* buffer,
-                         std::size_t count, DataType dtype, ReduceOp op, int world_size) {
+                         const CallShape& shape, DataType dtype) {
   std::int64_t wrong = 0;
-  for (std::size_t i = 0; i < count; ++i) {
+  const auto [first, last] = collective.checked_range(shape);
+  for (std::size_t i = first; i < last; ++i) {
     // Exact comparison on purpose: inputs are chosen so that the exact result is representable.
-    if (load_element(buffer, i, dtype) != collective.expected_value(i, world_size, op)) {
+    if (load_element(buffer, i, dtype) != collective.expected_value(i, shape)) {
       ++wrong;
     }
   }
@@ -130,6 +132,34 @@ double reduce_reference(double a, double b, ReduceOp op) {
     case ReduceOp::kProd: return a * b;
   }
   return std::numeric_limits<double>::quiet_NaN();
+}
+
+// Small integers, so every partial sum/product/min/max is exact in every dtype, even float16
+// (integers up to 2048) and bfloat16 (up to 256) for the rank counts a bench runs with:
+//   sum:  (r + i) % 7                       -> at most 6n
+//   mean: n * ((r + i) % 7)                 -> the sum is a multiple of n, the mean exact
+//   prod: 2 when (r + i) % 3 == 0, else 1   -> a power of two, at most 2^ceil(n/3)
+//   min/max: (r + i) % 7 - 3                -> negative values too
+double reduction_input(std::size_t i, int rank, int world_size, ReduceOp op) {
+  const auto k = static_cast<double>((i + static_cast<std::size_t>(rank)) % 7);
+  switch (op) {
+    case ReduceOp::kSum: return k;
+    case ReduceOp::kMean: return world_size * k;
+    case ReduceOp::kProd: return (i + static_cast<std::size_t>(rank)) % 3 == 0 ? 2.0 : 1.0;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: return k - 3;
+  }
+  return 0;
+}
+
+double reduction_expected(std::size_t i, int world_size, ReduceOp op) {
+  double result = reduction_input(i, 0, world_size, op);
+  for (int r = 1; r < world_size; ++r) {
+    result = reduce_reference(result, reduction_input(i, r, world_size, op), op);
+  }
+  // The mean's sum is a multiple of n by construction, so the division is exact for integer
+  // dtypes (truncating) and float dtypes alike.
+  return op == ReduceOp::kMean ? result / world_size : result;
 }
 
 }  // namespace mwms::bench

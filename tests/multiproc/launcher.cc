@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -16,20 +18,35 @@
 
 namespace mwms::testing {
 
+// Ports below the kernel's ephemeral range: an outgoing connection (ours included) never takes
+// one of them between the choice here and the child's bind. Each is bound while the others are
+// chosen, so they differ.
 std::vector<int> free_ports(int n) {
+  int ephemeral_low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(f);
+  }
+  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
+                   static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::uniform_int_distribution<int> pick(10000, std::max(10001, ephemeral_low - 1));
   std::vector<int> ports;
   std::vector<int> fds;
-  for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ports.push_back(ntohs(addr.sin_port));
-    fds.push_back(fd);  // keep all bound until the end so the ports differ
+  while (static_cast<int>(ports.size()) < n) {
+    int port = pick(rng);
+    int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+    int zero = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      continue;  // taken: pick another
+    }
+    ports.push_back(port);
+    fds.push_back(fd);
   }
   for (int fd : fds) ::close(fd);
   return ports;

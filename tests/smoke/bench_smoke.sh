@@ -23,24 +23,39 @@ grep -q "Out of bounds values : 0" "$work/mpi.log" || { echo "FAIL footer"; cat 
 echo "ok mpirun: $rows rows, 0 wrong"
 
 # 2. Two TF_CONFIG processes, every dtype (with a fitting op), no MPI.
+# Ports below the kernel's ephemeral range (ip_local_port_range), where no outgoing connection of
+# another process can hold them; a port taken between the probe and the bind anyway is retried.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
   local p
   while :; do
-    p=$(( (RANDOM % 20000) + 30000 ))
+    p=$(( (RANDOM % (ephemeral_low - 10000)) + 10000 ))
+    [ "$p" != "${1:-}" ] || continue
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
 }
-for spec in float32:sum float64:prod float16:mean bfloat16:max int32:min int64:sum; do
-  dtype=${spec%:*} op=${spec#*:}
-  p0=$(free_port); p1=$(free_port)
+run_pair() {  # run_pair DTYPE OP: two TF_CONFIG workers; 0 ok, 1 failed, 2 port taken (retry)
+  local p0 p1 cluster pid status=0
+  p0=$(free_port); p1=$(free_port "$p0")
   cluster="{\"worker\":[\"127.0.0.1:$p0\",\"127.0.0.1:$p1\"]}"
   TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":1}}" \
-    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$dtype" -o "$op" > "$work/tf1.log" 2>&1 &
+    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$1" -o "$2" > "$work/tf1.log" 2>&1 &
   pid=$!
   TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":0}}" \
-    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$dtype" -o "$op" > "$work/tf0.log" 2>&1 ||
-    { echo "FAIL tf_config $spec"; cat "$work/tf0.log" "$work/tf1.log"; exit 1; }
-  wait "$pid" || { echo "FAIL tf_config $spec (worker 1)"; cat "$work/tf1.log"; exit 1; }
+    timeout 120 "$perf" -b 4 -e 256K -f 8 -n 2 -w 1 -d "$1" -o "$2" > "$work/tf0.log" 2>&1 || status=1
+  wait "$pid" || status=1
+  if [ "$status" -ne 0 ] && grep -q "already in use" "$work/tf0.log" "$work/tf1.log"; then status=2; fi
+  return "$status"
+}
+for spec in float32:sum float64:prod float16:mean bfloat16:max int32:min int64:sum; do
+  dtype=${spec%:*} op=${spec#*:}
+  for attempt in 1 2 3; do
+    status=0
+    run_pair "$dtype" "$op" || status=$?
+    [ "$status" -eq 2 ] && [ "$attempt" -lt 3 ] && { echo "port taken, retrying $spec"; continue; }
+    break
+  done
+  [ "$status" -eq 0 ] || { echo "FAIL tf_config $spec"; cat "$work/tf0.log" "$work/tf1.log"; exit 1; }
   grep -q "$dtype" "$work/tf0.log" || { echo "FAIL: no $dtype rows"; cat "$work/tf0.log"; exit 1; }
   echo "ok tf_config $dtype $op"
 done

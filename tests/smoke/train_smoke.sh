@@ -26,11 +26,19 @@ check_metrics() {  # FILE LABEL
   echo "$acc"  > "$file.acc"
 }
 
-free_port() {  # a port the kernel considers free right now
+# Ports below the kernel's ephemeral range (ip_local_port_range), where no outgoing connection of
+# ours can take the port between choosing it and binding it; never the same port twice in a run.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+used_ports=" "
+free_port() {  # sets $port to a port nothing listens on right now (no subshell: keeps used_ports)
   local p
   while :; do
-    p=$(( (RANDOM % 20000) + 30000 ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    p=$(( (RANDOM % (ephemeral_low - 10000)) + 10000 ))
+    case "$used_ports" in *" $p "*) continue ;; esac
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    used_ports="$used_ports$p "
+    port=$p
+    return
   done
 }
 
@@ -56,7 +64,7 @@ timeout 300 mpirun --oversubscribe -np 2 "$train" $common --metrics_file "$work/
 check_metrics "$work/mpi.json" mpirun
 
 # 2. two workers with TF_CONFIG
-p0=$(free_port); p1=$(free_port)
+free_port; p0=$port; free_port; p1=$port
 cluster="{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}"
 run_pair tf_config \
   "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":0}}' timeout 300 $train $common --metrics_file $work/tf.json" \
@@ -64,7 +72,7 @@ run_pair tf_config \
 check_metrics "$work/tf.json" tf_config
 
 # 3. chief + worker with TF_CONFIG (the chief is rank 0 and writes the metrics)
-p0=$(free_port); p1=$(free_port)
+free_port; p0=$port; free_port; p1=$port
 cluster="{\"chief\":[\"localhost:$p0\"],\"worker\":[\"localhost:$p1\"]}"
 run_pair chief \
   "TF_CONFIG='{\"cluster\":$cluster,\"task\":{\"type\":\"chief\",\"index\":0},\"environment\":\"cloud\"}' timeout 300 $train $common --metrics_file $work/chief.json" \
@@ -72,7 +80,7 @@ run_pair chief \
 check_metrics "$work/chief.json" chief_worker
 
 # 4. TF1-style flags
-p0=$(free_port); p1=$(free_port)
+free_port; p0=$port; free_port; p1=$port
 echo "{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}" > "$work/cluster.json"
 run_pair flags \
   "timeout 300 $train $common --job_name worker --task_index 0 --cluster_spec $work/cluster.json --metrics_file $work/flags.json" \
