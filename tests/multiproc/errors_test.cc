@@ -61,12 +61,8 @@ TEST_CASE("a peer that never comes up fails after the connect timeout and is nam
 
 TEST_CASE("a listen port already in use is reported with task and port", "[tcp][fault]") {
   auto ports = mwms::testing::free_ports(2);
-  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
-  sockaddr_in6 addr{};
-  addr.sin6_family = AF_INET6;
-  addr.sin6_addr = in6addr_any;
-  addr.sin6_port = htons(static_cast<uint16_t>(ports[1]));
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  int fd = mwms::testing::bind_any(ports[1]);
+  REQUIRE(fd >= 0);
   REQUIRE(::listen(fd, 4) == 0);
   auto cluster = mwms::resolve_tf_config(mwms::testing::make_tf_config(ports, 1, false));
   try {

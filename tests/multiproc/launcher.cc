@@ -18,6 +18,30 @@
 
 namespace mwms::testing {
 
+int bind_any(int port) {
+  // Dual-stack like the library's listener; IPv4 alone where the kernel has no IPv6.
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    int zero = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    ::close(fd);
+    return -1;
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 // Ports below the kernel's ephemeral range: an outgoing connection (ours included) never takes
 // one of them between the choice here and the child's bind. Each is bound while the others are
 // chosen, so they differ.
@@ -34,17 +58,8 @@ std::vector<int> free_ports(int n) {
   std::vector<int> fds;
   while (static_cast<int>(ports.size()) < n) {
     int port = pick(rng);
-    int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
-    int zero = 0;
-    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    addr.sin6_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      ::close(fd);
-      continue;  // taken: pick another
-    }
+    int fd = bind_any(port);
+    if (fd < 0) continue;  // taken: pick another
     ports.push_back(port);
     fds.push_back(fd);
   }

@@ -23,7 +23,10 @@ struct LaunchOptions {
   bool with_chief = false;      // "chief" job of one + (world_size - 1) workers
 };
 
-/// Free loopback TCP ports (bound to port 0, then released).
+/// A socket bound to `port` on all interfaces (dual-stack, or IPv4 without IPv6), -1 if taken.
+int bind_any(int port);
+
+/// Distinct free TCP ports below the ephemeral range (bound, then released).
 std::vector<int> free_ports(int n);
 
 /// TF_CONFIG for task `rank` of a loopback cluster on `ports`.
