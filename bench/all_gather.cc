@@ -15,16 +15,6 @@
 namespace mwms::bench {
 namespace {
 
-std::size_t count_for_bytes(std::size_t bytes, std::size_t elem_bytes, int world_size) {
-  return bytes / elem_bytes / static_cast<std::size_t>(world_size);
-}
-
-std::size_t buffer_count(std::size_t count, int world_size) {
-  return count * static_cast<std::size_t>(world_size);
-}
-
-double busbw_factor(int world_size) { return static_cast<double>(world_size - 1) / world_size; }
-
 // Integers below 256 (exact even in bfloat16) that name the owning rank (r % 31 for up to 31
 // ranks) and the position. Never negative, unlike kNotGathered.
 double pattern(std::size_t i, int rank) {
@@ -45,7 +35,7 @@ double expected_value(std::size_t i, const CallShape& s) {
 }
 
 std::pair<std::size_t, std::size_t> checked_range(const CallShape& s) {
-  return {0, buffer_count(s.count, s.world_size)};
+  return {0, blocked_buffer_count(s.count, s.world_size)};
 }
 
 // Gathering a constant buffer leaves it unchanged: any value is a fixed point.
@@ -65,9 +55,9 @@ void run_mpi(void* buffer, const CallShape& s, DataType dtype) {
 
 const CollectiveDescriptor kAllGather = {
     /*name=*/"all_gather",
-    /*count_for_bytes=*/count_for_bytes,
-    /*buffer_count=*/buffer_count,
-    /*busbw_factor=*/busbw_factor,
+    /*count_for_bytes=*/blocked_count_for_bytes,
+    /*buffer_count=*/blocked_buffer_count,
+    /*busbw_factor=*/blocked_busbw_factor,
     /*input_value=*/input_value,
     /*expected_value=*/expected_value,
     /*checked_range=*/checked_range,

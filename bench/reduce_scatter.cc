@@ -15,16 +15,6 @@
 namespace mwms::bench {
 namespace {
 
-std::size_t count_for_bytes(std::size_t bytes, std::size_t elem_bytes, int world_size) {
-  return bytes / elem_bytes / static_cast<std::size_t>(world_size);
-}
-
-std::size_t buffer_count(std::size_t count, int world_size) {
-  return count * static_cast<std::size_t>(world_size);
-}
-
-double busbw_factor(int world_size) { return static_cast<double>(world_size - 1) / world_size; }
-
 // The all-reduce pattern over the whole input (verification.cc): block r's expected result is the
 // all-reduce result at the same global indices, exact in every dtype.
 double input_value(std::size_t i, const CallShape& s) {
@@ -61,9 +51,9 @@ void run_mpi(void* buffer, const CallShape& s, DataType dtype) {
 
 const CollectiveDescriptor kReduceScatter = {
     /*name=*/"reduce_scatter",
-    /*count_for_bytes=*/count_for_bytes,
-    /*buffer_count=*/buffer_count,
-    /*busbw_factor=*/busbw_factor,
+    /*count_for_bytes=*/blocked_count_for_bytes,
+    /*buffer_count=*/blocked_buffer_count,
+    /*busbw_factor=*/blocked_busbw_factor,
     /*input_value=*/input_value,
     /*expected_value=*/expected_value,
     /*checked_range=*/checked_range,

@@ -66,6 +66,13 @@ struct CollectiveDescriptor {
   bool uses_root;
 };
 
+/// Helpers for collectives whose buffer is world_size blocks of `count` elements (all-gather,
+/// reduce-scatter): the printed size is the whole buffer, as in nccl-tests, and a rank moves
+/// (n-1)/n of it.
+std::size_t blocked_count_for_bytes(std::size_t bytes, std::size_t elem_bytes, int world_size);
+std::size_t blocked_buffer_count(std::size_t count, int world_size);
+double blocked_busbw_factor(int world_size);
+
 /// The shared driver: parses argv, bootstraps, sweeps sizes, prints the table (rank 0) and returns
 /// the process exit status (non-zero on wrong results or errors).
 int run_bench(int argc, char** argv, const CollectiveDescriptor& collective);

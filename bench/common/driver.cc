@@ -235,6 +235,18 @@ int run_with_communicator(const CollectiveDescriptor& collective, const BenchOpt
 
 }  // namespace
 
+std::size_t blocked_count_for_bytes(std::size_t bytes, std::size_t elem_bytes, int world_size) {
+  return bytes / elem_bytes / static_cast<std::size_t>(world_size);
+}
+
+std::size_t blocked_buffer_count(std::size_t count, int world_size) {
+  return count * static_cast<std::size_t>(world_size);
+}
+
+double blocked_busbw_factor(int world_size) {
+  return static_cast<double>(world_size - 1) / world_size;
+}
+
 int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
   const std::string program = std::string(collective.name) + "_perf";
   const bool under_mpirun = launched_by_mpirun();

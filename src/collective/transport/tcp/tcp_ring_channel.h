@@ -71,7 +71,6 @@ class TcpRingChannel {
   void send_abort(int failed_rank, const std::string& reason,
                   AbortCause cause = AbortCause::kPeer) noexcept;
 
-  std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
  private:
   struct State;
