@@ -222,3 +222,30 @@ TEST_CASE("world size 1 needs no peers and keeps the values", "[tcp][unit]") {
   comm->barrier();
   REQUIRE(comm->seq() == 3);
 }
+
+TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(opts, [](int, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config));
+    const std::size_t n = static_cast<std::size_t>(comm->world_size());
+    std::vector<float> big((1u << 20) * n), small(100 * n), out(1u << 20);
+    auto round = [&] {
+      comm->all_reduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kMean);  // ring
+      comm->all_reduce(small.data(), 100, DataType::kFloat16, ReduceOp::kSum);       // gather
+      comm->reduce_scatter(big.data(), out.data(), 1u << 20, DataType::kFloat32, ReduceOp::kSum);
+      comm->all_gather(out.data(), big.data(), 1u << 20, DataType::kFloat32);
+      comm->broadcast(small.data(), small.size(), DataType::kFloat32, /*root=*/1);
+      comm->barrier();
+    };
+    round();  // grows the scratch buffers and plans once
+    long before = mwms::testing::allocations();
+    for (int i = 0; i < 20; ++i) round();
+    long allocated = mwms::testing::allocations() - before;
+    report("allocations in 20 rounds: " + std::to_string(allocated));
+    if (allocated != 0) throw std::runtime_error("collectives allocated " + std::to_string(allocated));
+  });
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) REQUIRE(r.exit_code == 0);
+}

@@ -39,6 +39,9 @@ std::vector<ChildResult> run_ranks(
     const std::function<void(int rank, const std::string& tf_config,
                              const std::function<void(const std::string&)>& report)>& body);
 
+/// Heap allocations made by this process so far (alloc_counter.cc replaces operator new).
+long allocations();
+
 /// Joins every child's output for failure messages.
 std::string describe(const std::vector<ChildResult>& results);
 
