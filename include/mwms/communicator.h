@@ -16,6 +16,10 @@
 ///
 /// Thread safety: one thread at a time per communicator. Blocking: every call returns when this
 /// rank's part is complete, or throws within the deadline (CommunicatorOptions::timeout_seconds).
+/// Each collective also has an asynchronous form (`*_async`) that returns a Work handle at once;
+/// collectives run in the order they were called, blocking and asynchronous alike, on a progress
+/// thread of the communicator while asynchronous ones are outstanding. The buffers of an
+/// asynchronous collective must stay valid and untouched until its Work completed.
 /// After a TimeoutError or PeerError the communicator is poisoned: later calls throw InvalidUsage
 /// carrying the original cause. No call allocates once the scratch buffers have grown to the
 /// largest message seen.
@@ -32,6 +36,24 @@
 #include "mwms/types.h"
 
 namespace mwms {
+
+/// Handle of an asynchronous collective (c10d's Work). Thread safety: test() and wait() may be
+/// called from any thread. Destroying a handle does not cancel the collective.
+class MWMS_API Work {
+ public:
+  virtual ~Work();
+  /// True once the collective has completed on this rank, successfully or not. Never blocks,
+  /// never throws.
+  virtual bool test() noexcept = 0;
+  /// Blocks until the collective completed, for at most `timeout_seconds` (<= 0: the
+  /// communicator's timeout). Rethrows the collective's error (TimeoutError, PeerError,
+  /// CollectiveMismatchError, InvalidUsage, ...). @throws TimeoutError when it has not completed
+  /// in time (the collective itself keeps running under its own deadline).
+  virtual void wait(double timeout_seconds = 0) = 0;
+
+ protected:
+  Work() = default;
+};
 
 class MWMS_API Communicator {
  public:
@@ -79,7 +101,23 @@ class MWMS_API Communicator {
   /// Returns once every rank has entered the barrier. Throws as all_reduce.
   virtual void barrier() = 0;
 
-  /// Sends an abort to the neighbours (best effort, never throws) and poisons this communicator;
+  /// Asynchronous forms: same arguments, checks and errors as the blocking calls (argument
+  /// errors are thrown at once; everything else comes out of Work::wait).
+  virtual std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
+                                                 ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv,
+                                                     std::size_t recv_count, DataType dtype,
+                                                     ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> all_gather_async(const void* send, void* recv,
+                                                 std::size_t send_count, DataType dtype) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype,
+                                                int root) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
+  /// One line describing the backend and the transports of its links (for logs and tools).
+  virtual std::string describe() const = 0;
+
+  /// Sends an abort to every peer (best effort, never throws) and poisons this communicator;
   /// peers blocked in a collective fail with PeerError naming this rank and `reason`.
   virtual void abort(const std::string& reason) noexcept = 0;
 

@@ -1,5 +1,11 @@
 /// @file options.h
 /// Options structs (never positional booleans). Strategy-level names follow
+/// Which transport carries the engine's data between two ranks (the bench's --backend).
+/// kAuto: shared memory between ranks on one host, TCP between hosts. kTcp: TCP everywhere. kShm:
+/// shared memory everywhere (every rank must be on one host). kMpi: MPI point-to-point messages
+/// (MPI_Isend/MPI_Irecv) under `mpirun`, our algorithms on top. Every rank must choose alike.
+enum class TransportChoice { kAuto, kTcp, kShm, kMpi, kFromEnvironment };
+
 /// tf.distribute.experimental.CommunicationOptions.
 #pragma once
 
@@ -13,6 +19,12 @@ namespace mwms {
 /// .CommunicationImplementation). kAuto picks the best available; kRing forces the ring over TCP;
 /// kNccl needs GPU buffers and a build with NCCL.
 enum class Implementation { kAuto, kRing, kNccl };
+
+/// Which transport carries the engine's data between two ranks (the bench's --backend).
+/// kAuto: shared memory between ranks on one host, TCP between hosts. kTcp: TCP everywhere. kShm:
+/// shared memory everywhere (every rank must be on one host). kMpi: MPI point-to-point messages
+/// (MPI_Isend/MPI_Irecv) under `mpirun`, our algorithms on top. Every rank must choose alike.
+enum class TransportChoice { kAuto, kTcp, kShm, kMpi, kFromEnvironment };
 
 /// tf.distribute.experimental.CommunicationOptions.
 struct MWMS_API CommunicationOptions {
@@ -40,8 +52,10 @@ struct MWMS_API CommunicatorOptions {
   /// (default 65536); 0 sends everything but empty buffers through the ring. Every rank must use
   /// the same value (a disagreement raises CollectiveMismatchError).
   long long small_message_bytes = -1;
-  /// Implementation; kAuto and kRing both select the TCP ring today.
+  /// Implementation; kAuto and kRing both select the engine (our algorithms) today.
   Implementation implementation = Implementation::kAuto;
+  /// Transport of the engine's links; kFromEnvironment reads MWMS_TRANSPORT (default auto).
+  TransportChoice transport = TransportChoice::kFromEnvironment;
 };
 
 }  // namespace mwms

@@ -97,8 +97,9 @@ common::Socket open_listener(ResolvedCluster* c) {
   return listener;
 }
 
-json hello_of(const ResolvedCluster& c) {
+json hello_of(const ResolvedCluster& c, const PeerInfo& mine) {
   return json{{"rank", c.task_id},
+              {"peer", to_json(mine)},
               {"world_size", c.num_workers},
               {"task", c.task_name()},
               {"address", c.ring[c.task_id]},
@@ -114,7 +115,7 @@ bool valid_hello(const json& h) {
   return h.is_object() && h.contains("rank") && h["rank"].is_number_integer() &&
          h.contains("world_size") && h["world_size"].is_number_integer() && h.contains("task") &&
          h["task"].is_string() && h.contains("address") && h["address"].is_string() &&
-         h.contains("cluster") && h["cluster"].is_string();
+         h.contains("cluster") && h["cluster"].is_string() && h.contains("peer");
 }
 
 // True when the peer of a connection has closed it (or it was never open).
@@ -152,7 +153,7 @@ std::string check_hello(const ResolvedCluster& c, const json& h, const std::vect
 
 // Leader side: collect a hello from every other rank, then answer all of them at once.
 void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline deadline,
-                  double timeout) {
+                  double timeout, std::vector<PeerInfo>* peers) {
   int n = c->num_workers;
   std::vector<common::Socket> conns(n);
   std::vector<bool> seen(n, false);
@@ -182,7 +183,14 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
       --arrived;
     }
     error = check_hello(*c, h, seen);
+    PeerInfo info;
+    std::string why;
+    if (error.empty() && (!from_json(h["peer"], &info, &why) || info.rank != rank)) {
+      error = c->task_name_of_rank(rank) + " sent a malformed peer info: " +
+              (why.empty() ? "rank differs from the hello" : why);
+    }
     if (error.empty()) {
+      (*peers)[rank] = std::move(info);
       seen[rank] = true;
       conns[rank] = std::move(s);
       ++arrived;
@@ -200,7 +208,10 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
     error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
             " for every task to join the rendezvous; never arrived: " + missing;
   }
-  json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}} : json{{"ok", false}, {"error", error}};
+  json all = json::array();
+  for (const PeerInfo& p : *peers) all.push_back(to_json(p));
+  json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}, {"peers", all}}
+                             : json{{"ok", false}, {"error", error}};
   for (int r = 1; r < n; ++r) {
     if (conns[r].valid()) send_message(conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
   }
@@ -208,7 +219,8 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
 }
 
 // Follower side: reach the leader, introduce ourselves, receive the ring or the job's error.
-void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
+void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const PeerInfo& mine,
+                 std::vector<PeerInfo>* peers) {
   auto [host, port] = split_address(c->ring[0]);
   std::string last_error;
   auto start = common::Clock::now();
@@ -219,7 +231,7 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
                              last_error + "); is that task running with the same cluster?",
                          context_of(*c, 0));
   }
-  IoResult w = send_message(s.fd(), MessageKind::kHello, hello_of(*c).dump(), deadline);
+  IoResult w = send_message(s.fd(), MessageKind::kHello, hello_of(*c, mine).dump(), deadline);
   MessageKind kind;
   std::string text;
   // The leader answers once every rank has arrived, which can take up to its own timeout.
@@ -246,6 +258,14 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout) {
   std::vector<std::string> ring;
   try {
     if (ok) ring = reply.at("ring").get<std::vector<std::string>>();
+    const json& all = reply.at("peers");
+    if (!all.is_array() || static_cast<int>(all.size()) != c->num_workers) ring.clear();
+    for (std::size_t r = 0; r < ring.size(); ++r) {
+      std::string why;
+      if (!from_json(all[r], &(*peers)[r], &why) || (*peers)[r].rank != static_cast<int>(r)) {
+        ring.clear();
+      }
+    }
   } catch (const json::exception&) {
     ring.clear();
   }
@@ -289,21 +309,32 @@ IoResult recv_message(int fd, MessageKind* kind, std::string* text, Deadline dea
   return common::read_exact(fd, text->data(), h.length, deadline);
 }
 
-RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_seconds) {
-  RendezvousResult out{in, common::Socket()};
+RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_seconds,
+                            PeerInfo mine) {
+  RendezvousResult out{in, common::Socket(), {}};
   ResolvedCluster& c = out.cluster;
   common::set_log_rank(c.task_id, c.num_workers);
+  mine.rank = c.task_id;
+  if (mine.host_id.empty()) mine.host_id = local_host_id();
+  if (mine.transport.empty()) mine.transport = "auto";
   if (c.num_workers <= 1 || !c.in_ring) {
+    if (!c.ring.empty()) mine.address = c.ring[0];
+    out.peers.push_back(mine);
+    assign_local_ranks(&out.peers);
     log_ring(c);
     return out;
   }
   Deadline deadline = common::deadline_after(connect_timeout_seconds);
   out.listener = open_listener(&c);
+  mine.address = c.ring[c.task_id];
+  out.peers.resize(static_cast<std::size_t>(c.num_workers));
   if (c.task_id == 0) {
-    serve_hellos(&c, out.listener, deadline, connect_timeout_seconds);
+    out.peers[0] = mine;
+    serve_hellos(&c, out.listener, deadline, connect_timeout_seconds, &out.peers);
   } else {
-    join_leader(&c, deadline, connect_timeout_seconds);
+    join_leader(&c, deadline, connect_timeout_seconds, mine, &out.peers);
   }
+  assign_local_ranks(&out.peers);
   log_ring(c);
   return out;
 }

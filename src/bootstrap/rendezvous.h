@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/peer_info.h"
 #include "common/socket.h"
 #include "mwms/cluster.h"
 
@@ -16,12 +17,16 @@ namespace mwms::bootstrap {
 struct RendezvousResult {
   ResolvedCluster cluster;   // ring filled in (for MPI jobs: the endpoints exchanged)
   common::Socket listener;   // listening at cluster.ring[rank]; invalid for world size 1
+  std::vector<PeerInfo> peers;  // by rank: every rank's peer info (address = ring[rank])
 };
 
-/// Runs the rendezvous for `cluster` within `connect_timeout_seconds`.
+/// Runs the rendezvous for `cluster` within `connect_timeout_seconds` and exchanges `mine` (its
+/// rank and address are filled in here) with every rank: the result holds every rank's PeerInfo,
+/// bounds-checked, with local ranks assigned.
 /// @throws BootstrapError naming task and address: listen port in use, leader unreachable, ranks
 ///   that never arrived (with the time waited), a rank whose cluster differs (naming it).
-RendezvousResult rendezvous(const ResolvedCluster& cluster, double connect_timeout_seconds);
+RendezvousResult rendezvous(const ResolvedCluster& cluster, double connect_timeout_seconds,
+                            PeerInfo mine = {});
 
 /// Length-prefixed JSON message used by the rendezvous and the ring handshake:
 /// magic "MWMB", version, kind, length (bounded by kMaxMessageBytes) then the JSON text.

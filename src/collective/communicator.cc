@@ -1,114 +1,134 @@
-// The TCP ring communicator: bootstrap (rendezvous, ring formation), then every collective is a
-// transfer plan (algorithms/) run by the channel (transport/tcp/). Scratch memory is grown to the
-// largest message seen and reused, so steady-state collectives allocate nothing.
+// The front-end Communicator (DESIGN "The transport seam"): argument checks, sequence numbers,
+// poisoning after a failure and Work handles, over a Backend that runs each collective.
+// Communicator::create bootstraps: peer-info exchange, a transport per peer, the link mesh, the
+// control plane, then the engine backend over those links.
 #include "mwms/communicator.h"
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <vector>
 
-#include "bootstrap/rendezvous.h"
-#include "collective/algorithms/ring_algorithms.h"
-#include "collective/selector.h"
-#include "collective/transport/tcp/tcp_ring_connect.h"
-#include "common/env.h"
+#include "collective/backend/backend.h"
+#include "collective/communicator_factory.h"
 #include "common/logging.h"
-#include "kernels/reduce.h"
 #include "mwms/errors.h"
-#include "mwms/version.h"
 
 namespace mwms {
 
 Communicator::~Communicator() = default;
+Work::~Work() = default;
 
 namespace collective {
 namespace {
 
-class TcpCommunicator final : public Communicator {
+class WorkImpl final : public Work {
  public:
-  TcpCommunicator(ResolvedCluster cluster, std::unique_ptr<TcpRingChannel> channel,
-                  double timeout_seconds, std::size_t small_message_bytes)
-      : cluster_(std::move(cluster)),
-        channel_(std::move(channel)),
-        timeout_(timeout_seconds),
-        small_message_bytes_(small_message_bytes) {}
+  explicit WorkImpl(double default_timeout) : default_timeout_(default_timeout) {}
+  bool test() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  void wait(double timeout_seconds) override {
+    double t = timeout_seconds > 0 ? timeout_seconds : default_timeout_;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(t), [&] { return done_; })) {
+      throw TimeoutError("asynchronous collective did not complete within " +
+                         std::to_string(static_cast<int>(t)) + " s of Work::wait");
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+  void complete(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  double default_timeout_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class FrontEnd final : public Communicator {
+ public:
+  FrontEnd(ResolvedCluster cluster, std::unique_ptr<Backend> backend, double timeout)
+      : cluster_(std::move(cluster)), backend_(std::move(backend)), timeout_(timeout) {}
+
+  ~FrontEnd() override {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (progress_.joinable()) progress_.join();
+  }
 
   int rank() const noexcept override { return cluster_.task_id; }
   int world_size() const noexcept override { return cluster_.num_workers; }
   std::uint64_t seq() const noexcept override { return seq_; }
   const ResolvedCluster& cluster() const noexcept override { return cluster_; }
+  std::string describe() const override { return backend_ ? backend_->describe() : "world of one"; }
 
   void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) override {
-    CollectiveCall call = begin(CollectiveKind::kAllReduce, buffer, count, dtype, op, -1);
-    if (world_size() == 1) return;
-    run_all_reduce(call, static_cast<char*>(buffer));
+    run_now(all_reduce_args(buffer, count, dtype, op));
   }
-
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
                       ReduceOp op) override {
-    std::size_t n = static_cast<std::size_t>(world_size());
-    check_pointer(send, recv_count, "reduce_scatter send");
-    CollectiveCall call =
-        begin(CollectiveKind::kReduceScatter, recv, recv_count * n, dtype, op, -1);
-    std::size_t block = recv_count * dtype_size(dtype);
-    if (world_size() == 1) {
-      if (recv != send && block > 0) std::memmove(recv, send, block);
-      return;
-    }
-    char* scratch = grow_scratch(2 * block);
-    plan_reduce_scatter(call, static_cast<const char*>(send), static_cast<char*>(recv), scratch,
-                        &plan_);
-    execute(call);
+    run_now(reduce_scatter_args(send, recv, recv_count, dtype, op));
   }
-
   void all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype) override {
-    std::size_t n = static_cast<std::size_t>(world_size());
-    check_pointer(send, send_count, "all_gather send");
-    CollectiveCall call = begin(CollectiveKind::kAllGather, recv, send_count * n, dtype,
-                                ReduceOp::kSum, -1);
-    std::size_t block = send_count * dtype_size(dtype);
-    char* own = static_cast<char*>(recv) + static_cast<std::size_t>(rank()) * block;
-    if (own != send && block > 0) std::memmove(own, send, block);
-    if (world_size() == 1) return;
-    plan_all_gather(call, static_cast<char*>(recv), &plan_);
-    execute(call);
+    run_now(all_gather_args(send, recv, send_count, dtype));
   }
-
   void broadcast(void* buffer, std::size_t count, DataType dtype, int root) override {
-    if (root < 0 || root >= world_size()) {
-      throw InvalidArgument("broadcast root " + std::to_string(root) + " is outside [0, " +
-                                std::to_string(world_size()) + ")",
-                            context("broadcast"));
-    }
-    CollectiveCall call = begin(CollectiveKind::kBroadcast, buffer, count, dtype, ReduceOp::kSum,
-                                root);
-    if (world_size() == 1) return;
-    plan_broadcast(call, static_cast<char*>(buffer), &plan_);
-    execute(call);
+    run_now(broadcast_args(buffer, count, dtype, root));
   }
+  void barrier() override { run_now(barrier_args()); }
 
-  void barrier() override {
-    std::int32_t token = 1;
-    CollectiveCall call =
-        begin(CollectiveKind::kBarrier, &token, 1, DataType::kInt32, ReduceOp::kSum, -1);
-    if (world_size() == 1) return;
-    run_all_reduce(call, reinterpret_cast<char*>(&token));
+  std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
+                                         ReduceOp op) override {
+    return enqueue(all_reduce_args(buffer, count, dtype, op));
   }
+  std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
+                                             DataType dtype, ReduceOp op) override {
+    return enqueue(reduce_scatter_args(send, recv, recv_count, dtype, op));
+  }
+  std::shared_ptr<Work> all_gather_async(const void* send, void* recv, std::size_t send_count,
+                                         DataType dtype) override {
+    return enqueue(all_gather_args(send, recv, send_count, dtype));
+  }
+  std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype,
+                                        int root) override {
+    return enqueue(broadcast_args(buffer, count, dtype, root));
+  }
+  std::shared_ptr<Work> barrier_async() override { return enqueue(barrier_args()); }
 
   void abort(const std::string& reason) noexcept override {
-    if (channel_) channel_->send_abort(rank(), reason);
+    if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
+    std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
   }
 
-  ~TcpCommunicator() override = default;
-
  private:
-  ErrorContext context(const char* op) const {
+  struct Pending {
+    CollectiveArgs args;
+    std::shared_ptr<WorkImpl> work;
+  };
+
+  ErrorContext context(const char* op, std::uint64_t seq) const {
     ErrorContext ctx;
     ctx.rank = rank();
     ctx.world_size = world_size();
     ctx.task = cluster_.task_name();
     ctx.op = op;
-    ctx.seq = static_cast<std::int64_t>(seq_);
+    ctx.seq = static_cast<std::int64_t>(seq);
     ctx.timeout_seconds = timeout_;
     return ctx;
   }
@@ -117,66 +137,79 @@ class TcpCommunicator final : public Communicator {
     if (p == nullptr && count > 0) {
       throw InvalidArgument(std::string(what) + " buffer is null but count is " +
                                 std::to_string(count),
-                            context(what));
+                            context(what, seq_));
     }
   }
 
-  // Validates a call, assigns its sequence number and fails fast on a poisoned communicator.
-  CollectiveCall begin(CollectiveKind kind, void* buffer, std::size_t count, DataType dtype,
-                       ReduceOp op, int root) {
+  // Validates a call and assigns its sequence number.
+  CollectiveArgs begin(CollectiveKind kind, const void* send, void* recv, std::size_t count,
+                       DataType dtype, ReduceOp op, int root) {
     const char* name = kind_name(kind);
-    if (!poisoned_.empty()) {
-      throw InvalidUsage(std::string("communicator is unusable after an earlier failure; rebuild "
-                                     "it (restart the job): ") + poisoned_,
-                         context(name));
+    check_pointer(recv, count, name);
+    if (dtype_size(dtype) == 0) throw InvalidArgument("unknown dtype", context(name, seq_));
+    if (static_cast<std::uint8_t>(op) > static_cast<std::uint8_t>(ReduceOp::kProd)) {
+      throw InvalidArgument("unknown reduce op", context(name, seq_));
     }
-    check_pointer(buffer, count, name);
-    if (dtype_size(dtype) == 0) throw InvalidArgument("unknown dtype", context(name));
-    CollectiveCall call{kind, dtype, op, count, root, seq_++, rank(), world_size()};
-    return call;
+    CollectiveArgs a;
+    a.call = CollectiveCall{kind, dtype, op, count, root, seq_++, rank(), world_size()};
+    a.buffers.send = static_cast<const char*>(send);
+    a.buffers.recv = static_cast<char*>(recv);
+    return a;
   }
 
-  // The selector picks the plan; both plans reuse the one scratch buffer.
-  void run_all_reduce(CollectiveCall& call, char* buffer) {
-    const std::size_t bytes = call.count * dtype_size(call.dtype);
-    AllReduceChoice choice = select_all_reduce(bytes, world_size(), small_message_bytes_);
-    call.algorithm = static_cast<std::uint8_t>(choice.algorithm);
-    MWMS_LOG_TRACE(kColl, kind_name(call.kind) << " seq " << call.seq << " " << bytes
-                                               << " bytes: " << (call.algorithm ? "gather" : "ring")
-                                               << " (" << choice.reason << ")");
-    if (choice.algorithm == AllReduceAlgorithm::kGather) {
-      char* gather = grow_scratch(bytes * static_cast<std::size_t>(world_size()));
-      if (bytes > 0) std::memcpy(gather + static_cast<std::size_t>(rank()) * bytes, buffer, bytes);
-      plan_gather_all_reduce(call, gather, &plan_);
-      execute(call);
-      finish_gather_all_reduce(call, gather, buffer);
-      return;
+  CollectiveArgs all_reduce_args(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
+    return begin(CollectiveKind::kAllReduce, buffer, buffer, count, dtype, op, -1);
+  }
+  CollectiveArgs reduce_scatter_args(const void* send, void* recv, std::size_t recv_count,
+                                     DataType dtype, ReduceOp op) {
+    check_pointer(send, recv_count, "reduce_scatter send");
+    std::size_t n = static_cast<std::size_t>(world_size());
+    return begin(CollectiveKind::kReduceScatter, send, recv, recv_count * n, dtype, op, -1);
+  }
+  CollectiveArgs all_gather_args(const void* send, void* recv, std::size_t send_count,
+                                 DataType dtype) {
+    check_pointer(send, send_count, "all_gather send");
+    std::size_t n = static_cast<std::size_t>(world_size());
+    return begin(CollectiveKind::kAllGather, send, recv, send_count * n, dtype, ReduceOp::kSum,
+                 -1);
+  }
+  CollectiveArgs broadcast_args(void* buffer, std::size_t count, DataType dtype, int root) {
+    if (root < 0 || root >= world_size()) {
+      throw InvalidArgument("broadcast root " + std::to_string(root) + " is outside [0, " +
+                                std::to_string(world_size()) + ")",
+                            context("broadcast", seq_));
     }
-    char* scratch = grow_scratch(ring_segment(call.count, world_size(), 0).count *
-                                 dtype_size(call.dtype));
-    plan_all_reduce(call, buffer, scratch, &plan_);
-    execute(call);
+    return begin(CollectiveKind::kBroadcast, buffer, buffer, count, dtype, ReduceOp::kSum, root);
+  }
+  CollectiveArgs barrier_args() {
+    // The token lives in the front end: asynchronous barriers need storage that outlives the call.
+    return begin(CollectiveKind::kBarrier, &barrier_token_, &barrier_token_, 1, DataType::kInt32,
+                 ReduceOp::kSum, -1);
   }
 
-  char* grow_scratch(std::size_t bytes) {
-    if (scratch_.size() < bytes) {
-      MWMS_LOG_DEBUG(kAlloc, "growing scratch from " << scratch_.size() << " to " << bytes << " bytes");
-      scratch_.assign(bytes, 0);  // touched once here, reused by every later collective
+  // Runs one collective on the calling thread (or the progress thread); on failure poisons the
+  // communicator and tells every peer.
+  void execute(const CollectiveArgs& a) {
+    const char* name = kind_name(a.call.kind);
+    {
+      std::lock_guard<std::mutex> lock(poison_mutex_);
+      if (!poisoned_.empty()) {
+        throw InvalidUsage("communicator is unusable after an earlier failure; rebuild it "
+                           "(restart the job): " + poisoned_,
+                           context(name, a.call.seq));
+      }
     }
-    return scratch_.data();
-  }
-
-  // Runs the current plan; on failure tells the neighbours, poisons, and rethrows.
-  void execute(const CollectiveCall& call) {
-    ReduceSink sink(plan_, call.dtype, call.op, world_size());
-    ErrorContext ctx = context(kind_name(call.kind));
-    ctx.seq = static_cast<std::int64_t>(call.seq);
-    ctx.bytes = static_cast<std::int64_t>(call.count * dtype_size(call.dtype));
+    if (!backend_) return;  // world of one: nothing to move (the backend handles size 1 too)
+    if (a.call.kind == CollectiveKind::kBarrier) barrier_token_ = 1;
+    ErrorContext ctx = context(name, a.call.seq);
+    ctx.bytes = static_cast<std::int64_t>(a.call.count * dtype_size(a.call.dtype));
     try {
-      channel_->run(plan_.transfers.data(), static_cast<int>(plan_.transfers.size()), &sink,
-                    timeout_, ctx);
+      backend_->run(a, ctx);
     } catch (const Error& e) {
-      poisoned_ = e.what();
+      {
+        std::lock_guard<std::mutex> lock(poison_mutex_);
+        poisoned_ = e.what();
+      }
       int failed = e.context().peer_rank >= 0 ? e.context().peer_rank : rank();
       AbortCause cause = AbortCause::kPeer;
       if (dynamic_cast<const CollectiveMismatchError*>(&e) != nullptr) {
@@ -185,74 +218,91 @@ class TcpCommunicator final : public Communicator {
       } else if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
         cause = AbortCause::kTimeout;
       }
-      channel_->send_abort(failed, e.message(), cause);
+      if (dynamic_cast<const InvalidArgument*>(&e) == nullptr) {
+        backend_->abort(failed, e.message(), cause);
+      }
       MWMS_LOG_WARN(kColl, "collective failed: " << e.what());
       throw;
     }
   }
 
+  void run_now(const CollectiveArgs& a) {
+    bool queued;
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queued = !queue_.empty() || busy_;
+    }
+    if (!queued) {
+      execute(a);  // the common case: no asynchronous work outstanding, no thread hop
+      return;
+    }
+    enqueue(a)->wait(timeout_ * 2 + 10);  // keeps the call order
+  }
+
+  std::shared_ptr<Work> enqueue(const CollectiveArgs& a) {
+    auto work = std::make_shared<WorkImpl>(timeout_ * 2 + 10);
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.push_back(Pending{a, work});
+      if (!progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
+    }
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  // STYLE item 15: no exception escapes the thread; each lands in its Work.
+  void progress_loop() noexcept {
+    for (;;) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        p = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      std::exception_ptr error;
+      try {
+        execute(p.args);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        busy_ = false;
+      }
+      p.work->complete(error);
+    }
+  }
+
   ResolvedCluster cluster_;
-  std::unique_ptr<TcpRingChannel> channel_;
+  std::unique_ptr<Backend> backend_;
   double timeout_;
-  std::size_t small_message_bytes_;
   std::uint64_t seq_ = 0;
-  std::vector<char> scratch_;
-  RingPlan plan_;
+  std::int32_t barrier_token_ = 1;
+  std::mutex poison_mutex_;
   std::string poisoned_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Pending> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread progress_;
 };
 
-double positive_or(double value, const char* env_name) {
-  return value > 0 ? value : common::env_double(env_name);
+}  // namespace
+
+std::unique_ptr<Communicator> make_front_end(ResolvedCluster cluster,
+                                             std::unique_ptr<Backend> backend, double timeout) {
+  return std::make_unique<FrontEnd>(std::move(cluster), std::move(backend), timeout);
 }
 
-}  // namespace
 }  // namespace collective
 
 std::unique_ptr<Communicator> Communicator::create(const ResolvedCluster& cluster,
                                                    const CommunicatorOptions& options) {
-  using namespace collective;
-  if (options.implementation == Implementation::kNccl) {
-    throw InvalidArgument("Implementation::kNccl needs a build with NCCL and GPU buffers; this "
-                          "build has only the TCP ring (use kAuto or kRing)");
-  }
-  double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
-  double connect_timeout =
-      positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
-  long long chunk = options.chunk_bytes > 0 ? static_cast<long long>(options.chunk_bytes)
-                                            : common::env_int("MWMS_CHUNK_BYTES");
-  if (chunk < 4096) throw InvalidArgument("chunk_bytes must be at least 4096");
-  TcpRingOptions ring;
-  ring.connect_timeout_seconds = connect_timeout;
-  ring.chunk_bytes = static_cast<std::size_t>(chunk) / 64 * 64;  // whole elements of any dtype
-  ring.spin_seconds = static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
-
-  for (const std::string& name : common::unknown_env_vars()) {
-    MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
-  }
-  if (!cluster.in_ring && cluster.num_workers > 1) {
-    throw InvalidArgument("a task outside the training ring (" + cluster.task_name() +
-                          ") is its own world of one, but num_workers is " +
-                          std::to_string(cluster.num_workers));
-  }
-  bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout);
-  std::unique_ptr<TcpRingChannel> channel;
-  if (rv.cluster.num_workers > 1 && rv.cluster.in_ring) {
-    channel = connect_tcp_ring(rv.cluster, rv.listener, ring);
-  }
-  if (rv.cluster.is_chief) {
-    MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
-    for (const auto& var : common::env_registry()) {
-      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_string(var.name));
-    }
-    MWMS_LOG_INFO(kInit, "libmwms communicator ready: world size " << rv.cluster.num_workers
-                                                                  << ", transport tcp ring, chunk "
-                                                                  << ring.chunk_bytes << " bytes");
-  }
-  long long small = options.small_message_bytes >= 0 ? options.small_message_bytes
-                                                    : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
-  if (small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
-  return std::make_unique<TcpCommunicator>(std::move(rv.cluster), std::move(channel), timeout,
-                                           static_cast<std::size_t>(small));
+  return collective::create_communicator(cluster, options);
 }
 
 }  // namespace mwms

@@ -1,23 +1,28 @@
-// Algorithm selection (STYLE item 31): an explicit function of the call and the options, with the
-// reason it gives, not "first registered wins".
+// Algorithm selection (STYLE item 31): an explicit function of the call, the topology and the
+// options, returning the algorithm and the reason it gives (logged under COLL at debug), not
+// "first registered wins". Depends only on values every rank shares, so all ranks choose alike;
+// frames carry the choice and a disagreement is reported as CollectiveMismatchError.
 #pragma once
 
 #include <cstddef>
 #include <string>
 
-#include "collective/algorithms/ring_algorithms.h"
+#include "collective/algorithms/algorithm.h"
 
 namespace mwms::collective {
 
-struct AllReduceChoice {
-  AllReduceAlgorithm algorithm;
-  const char* reason;
+struct SelectorOptions {
+  std::string forced;                     // MWMS_ALGO: "" or "auto" = choose; else a name
+  std::size_t small_message_bytes = 65536;  // MWMS_SMALL_MESSAGE_BYTES
 };
 
-/// Gather (n-1 latency-bound steps) for messages of at most `small_message_bytes`, the ring
-/// (2(n-1) steps, 2(n-1)/n of the bytes per rank) above. Depends only on values every rank shares,
-/// so all ranks choose alike; frames carry the choice and a disagreement is reported.
-AllReduceChoice select_all_reduce(std::size_t bytes, int world_size,
-                                  std::size_t small_message_bytes);
+struct Selection {
+  const Algorithm* algorithm = nullptr;
+  const char* reason = "";  // static text: selecting allocates nothing
+};
+
+/// Picks the algorithm for `in`. @throws InvalidArgument when `options.forced` names no
+/// algorithm, or one that does not apply to `in` (saying why and which names do).
+Selection select_algorithm(const SelectionInput& in, const SelectorOptions& options);
 
 }  // namespace mwms::collective

@@ -31,7 +31,13 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
        "Default gradient bucket size of the strategy, in bytes."},
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",
-       "How long a wait polls without blocking before sleeping in poll(2)."},
+       "How long a wait polls without blocking before sleeping in poll(2) or on a futex."},
+      {"MWMS_TRANSPORT", EnvType::kEnum, "auto", "auto|tcp|shm|mpi",
+       "Transport of the engine's links: auto (shared memory on one host, TCP across hosts), "
+       "tcp, shm or mpi (under mpirun). Must be the same on every rank."},
+      {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd",
+       "Forces one algorithm for every collective it applies to; a name that does not apply "
+       "to a call is an error."},
   };
   return registry;
 }

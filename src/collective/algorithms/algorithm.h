@@ -1,0 +1,78 @@
+// The algorithm interface (STYLE items 30-33, mscclpp algorithm.hpp): one collective for a class of
+// problems, self-describing (name, collective, when it applies) and expressed as a Plan that the
+// engine runs over whatever links connect the ranks. Algorithms see ranks, buffers and the
+// reducer (kernels/), never a socket, a segment or an MPI call.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collective/plan.h"
+
+namespace mwms::collective {
+
+/// Carried in every frame header (FrameHeader::algorithm): ranks must run the same plan.
+enum class AlgorithmId : std::uint8_t {
+  kRing = 0,
+  kGather = 1,
+  kRecursiveDoubling = 2,
+  kRabenseifner = 3,
+};
+
+/// What the selector knows about the ranks (from the peer-info exchange). Identical on every rank,
+/// so every rank chooses alike.
+struct Topology {
+  int world_size = 1;
+  int num_hosts = 1;
+  int max_ranks_per_host = 1;
+  bool all_shm = false;         // every link of the communicator is shared memory
+  bool any_tcp = false;         // some link is TCP
+  bool any_mpi = false;         // some link is MPI
+};
+
+/// One collective call, as the selector sees it.
+struct SelectionInput {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::size_t bytes = 0;        // of the whole buffer (all-reduce, broadcast) or of recv/send
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Topology topology;
+};
+
+/// Buffers of a call. All-reduce and broadcast are in place: send == recv == the buffer.
+/// Reduce-scatter: send holds world_size blocks, recv one. All-gather: recv holds world_size
+/// blocks and this rank's block is already in place.
+struct Buffers {
+  const char* send = nullptr;
+  char* recv = nullptr;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  /// Short name, as MWMS_ALGO spells it: "ring", "gather", "rd", "rhd".
+  virtual std::string_view name() const noexcept = 0;
+  virtual AlgorithmId id() const noexcept = 0;
+  virtual CollectiveKind collective() const noexcept = 0;
+  /// True when the algorithm is correct for `in`; otherwise false with the reason in *why.
+  virtual bool supports(const SelectionInput& in, std::string* why) const = 0;
+  /// Scratch bytes the plan of `call` needs (the engine grows one buffer to the largest).
+  virtual std::size_t scratch_bytes(const CollectiveCall& call) const = 0;
+  /// Builds the plan of `call` into *plan; may do local work first (e.g. stage this rank's
+  /// input). Never allocates once *plan has grown.
+  virtual void plan(const CollectiveCall& call, Buffers buffers, char* scratch,
+                    Plan* plan) const = 0;
+  /// Local work after the plan ran (e.g. the gather variant reduces its slots in rank order).
+  virtual void finish(const CollectiveCall& call, Buffers buffers, char* scratch) const;
+};
+
+/// Every algorithm of this build, in no particular order (registry.cc).
+const std::vector<const Algorithm*>& all_algorithms();
+/// The algorithm with this id for `kind`, or nullptr.
+const Algorithm* find_algorithm(CollectiveKind kind, AlgorithmId id);
+/// Name of an algorithm id ("ring", ...), "unknown" otherwise.
+const char* algorithm_name(std::uint8_t id) noexcept;
+
+}  // namespace mwms::collective

@@ -1,0 +1,86 @@
+#include "collective/backend/engine_backend.h"
+
+#include <cstring>
+#include <map>
+
+#include "collective/algorithms/algorithms.h"
+#include "common/logging.h"
+
+namespace mwms::collective {
+
+std::vector<Link*> EngineBackend::raw(const std::vector<std::unique_ptr<Link>>& links) {
+  std::vector<Link*> out;
+  for (const auto& l : links) out.push_back(l.get());
+  return out;
+}
+
+EngineBackend::EngineBackend(int rank, std::vector<std::unique_ptr<Link>> links,
+                             std::unique_ptr<ControlPlane> control, EngineOptions options)
+    : rank_(rank),
+      links_(std::move(links)),
+      control_(std::move(control)),
+      options_(std::move(options)),
+      runner_(raw(links_), control_.get(), options_.runner) {}
+
+std::string EngineBackend::describe() const {
+  std::map<std::string, int> count;
+  for (const auto& l : links_) {
+    if (l) ++count[l->caps().name];
+  }
+  std::string out = "engine backend, links:";
+  for (const auto& [name, n] : count) out += " " + std::to_string(n) + " " + name;
+  if (count.empty()) out += " none";
+  out += ", chunk " + std::to_string(options_.runner.chunk_bytes) + " bytes";
+  if (options_.runner.yield_while_spinning) out += ", yielding (more ranks than cores)";
+  return out;
+}
+
+char* EngineBackend::grow_scratch(std::size_t bytes) {
+  if (scratch_.size() < bytes) {
+    MWMS_LOG_DEBUG(kAlloc, "growing scratch from " << scratch_.size() << " to " << bytes
+                                                   << " bytes");
+    scratch_.assign(bytes, 0);  // touched once here, reused by every later collective
+  }
+  return scratch_.data();
+}
+
+void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
+  CollectiveCall call = args.call;
+  Buffers b = args.buffers;
+  const std::size_t esize = dtype_size(call.dtype);
+  const int n = call.world_size;
+  // Local parts every algorithm shares: reduce-scatter's and all-gather's own block.
+  if (call.kind == CollectiveKind::kAllGather) {
+    const std::size_t block = call.count / static_cast<std::size_t>(n) * esize;
+    char* own = b.recv + static_cast<std::size_t>(call.rank) * block;
+    if (own != b.send && block > 0) std::memmove(own, b.send, block);
+  }
+  if (n == 1) {
+    if (call.kind == CollectiveKind::kReduceScatter && b.recv != b.send && call.count > 0) {
+      std::memmove(b.recv, b.send, call.count * esize);
+    }
+    return;
+  }
+  SelectionInput in;
+  in.kind = call.kind;
+  in.bytes = call.count * esize;
+  in.dtype = call.dtype;
+  in.op = call.op;
+  in.topology = options_.topology;
+  Selection sel = select_algorithm(in, options_.selector);
+  call.algorithm = static_cast<std::uint8_t>(sel.algorithm->id());
+  MWMS_LOG_DEBUG(kColl, kind_name(call.kind) << " seq " << call.seq << " " << in.bytes
+                                             << " bytes: " << sel.algorithm->name() << " ("
+                                             << sel.reason << ")");
+  char* scratch = grow_scratch(sel.algorithm->scratch_bytes(call));
+  sel.algorithm->plan(call, b, scratch, &plan_);
+  runner_.run(plan_, call.dtype, call.op, n, options_.timeout_seconds, ctx);
+  sel.algorithm->finish(call, b, scratch);
+}
+
+void EngineBackend::abort(int failed_rank, const std::string& reason,
+                          AbortCause cause) noexcept {
+  if (control_) control_->send_abort(failed_rank, reason, cause);
+}
+
+}  // namespace mwms::collective

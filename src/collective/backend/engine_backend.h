@@ -1,0 +1,46 @@
+// The engine backend: our algorithms (algorithms/, chosen per call by selector.cc) run by the
+// PlanRunner over one link per peer, whatever transport each link uses. Scratch memory and plan
+// storage grow to the largest collective and are reused, so steady-state calls allocate nothing.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collective/backend/backend.h"
+#include "collective/engine/plan_runner.h"
+#include "collective/selector.h"
+#include "collective/transport/link.h"
+
+namespace mwms::collective {
+
+struct EngineOptions {
+  RunnerOptions runner;
+  SelectorOptions selector;
+  Topology topology;
+  double timeout_seconds = 300;
+};
+
+class EngineBackend final : public Backend {
+ public:
+  /// `links` by rank (nullptr at this rank); `control` may be null (threaded tests).
+  EngineBackend(int rank, std::vector<std::unique_ptr<Link>> links,
+                std::unique_ptr<ControlPlane> control, EngineOptions options);
+  const char* name() const noexcept override { return "engine"; }
+  std::string describe() const override;
+  void run(const CollectiveArgs& args, const ErrorContext& ctx) override;
+  void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept override;
+
+ private:
+  static std::vector<Link*> raw(const std::vector<std::unique_ptr<Link>>& links);
+  char* grow_scratch(std::size_t bytes);
+
+  int rank_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::unique_ptr<ControlPlane> control_;
+  EngineOptions options_;
+  PlanRunner runner_;
+  Plan plan_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace mwms::collective

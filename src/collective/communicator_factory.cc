@@ -1,0 +1,179 @@
+#include "collective/communicator_factory.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <map>
+
+#include "bootstrap/rendezvous.h"
+#include "collective/backend/engine_backend.h"
+#include "collective/transport/tcp/tcp_transport.h"
+#include "collective/transport/transport.h"
+#include "common/env.h"
+#include "common/logging.h"
+#include "mwms/errors.h"
+#include "mwms/version.h"
+
+namespace mwms::collective {
+
+namespace {
+
+double positive_or(double value, const char* env_name) {
+  return value > 0 ? value : common::env_double(env_name);
+}
+
+std::string transport_choice(TransportChoice c) {
+  switch (c) {
+    case TransportChoice::kAuto: return "auto";
+    case TransportChoice::kTcp: return "tcp";
+    case TransportChoice::kShm: return "shm";
+    case TransportChoice::kMpi: return "mpi";
+    case TransportChoice::kFromEnvironment: break;
+  }
+  return common::env_string("MWMS_TRANSPORT");
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
+  Topology t;
+  t.world_size = static_cast<int>(peers.size());
+  std::map<std::string, int> per_host;
+  for (const auto& p : peers) ++per_host[p.host_id];
+  t.num_hosts = static_cast<int>(per_host.size());
+  for (const auto& [host, n] : per_host) t.max_ranks_per_host = std::max(t.max_ranks_per_host, n);
+  // Every rank must compute the same topology (the selector depends on it): look at every pair,
+  // as choose_transports() decides it identically on every rank.
+  bool all_shm = t.world_size > 1;
+  for (int r = 0; r < t.world_size; ++r) {
+    std::vector<TransportKind> kinds = choose_transports(r, peers);
+    for (int p = 0; p < t.world_size; ++p) {
+      if (p == r) continue;
+      TransportKind k = kinds[static_cast<std::size_t>(p)];
+      all_shm = all_shm && k == TransportKind::kShm;
+      t.any_tcp = t.any_tcp || k == TransportKind::kTcp;
+      t.any_mpi = t.any_mpi || k == TransportKind::kMpi;
+    }
+  }
+  t.all_shm = all_shm;
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster,
+                                                  const CommunicatorOptions& options) {
+  if (options.implementation == Implementation::kNccl) {
+    throw InvalidArgument("Implementation::kNccl needs a build with NCCL and GPU buffers; this "
+                          "build has only the engine over host memory (use kAuto or kRing)");
+  }
+  const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
+  const double connect_timeout =
+      positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
+  long long chunk = options.chunk_bytes > 0 ? static_cast<long long>(options.chunk_bytes)
+                                            : common::env_int("MWMS_CHUNK_BYTES");
+  if (chunk < 4096) throw InvalidArgument("chunk_bytes must be at least 4096");
+  long long small = options.small_message_bytes >= 0 ? options.small_message_bytes
+                                                    : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
+  if (small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
+  const std::string transport = transport_choice(options.transport);
+  for (const std::string& name : common::unknown_env_vars()) {
+    MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
+  }
+  if (!cluster.in_ring && cluster.num_workers > 1) {
+    throw InvalidArgument("a task outside the training ring (" + cluster.task_name() +
+                          ") is its own world of one, but num_workers is " +
+                          std::to_string(cluster.num_workers));
+  }
+  const bool alone = cluster.num_workers <= 1 || !cluster.in_ring;
+
+  // Phase 1: transports that publish an address before the exchange.
+  TransportOptions topts;
+  topts.rank = cluster.task_id;
+  topts.world_size = cluster.num_workers;
+  topts.chunk_bytes = static_cast<std::size_t>(chunk) / 64 * 64;  // whole elements of any dtype
+  topts.job_fingerprint = cluster.cluster.fingerprint();
+  std::map<TransportKind, std::unique_ptr<Transport>> local;
+  bootstrap::PeerInfo mine;
+  mine.transport = transport;
+  if (!alone) {
+    for (TransportKind k : {TransportKind::kShm, TransportKind::kMpi}) {
+      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi")) continue;
+      std::unique_ptr<Transport> t = make_transport(k, topts);
+      if (!t) continue;
+      mine.blobs[transport_name(k)] = t->local_address();
+      local[k] = std::move(t);
+    }
+  }
+  bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout, mine);
+  if (rv.cluster.is_chief) {
+    MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
+    for (const auto& var : common::env_registry()) {
+      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_string(var.name));
+    }
+  }
+  if (alone) {
+    // A world of one still copies (reduce-scatter into recv, all-gather's own block).
+    std::vector<std::unique_ptr<Link>> none(1);
+    EngineOptions eopts;
+    eopts.timeout_seconds = timeout;
+    auto backend = std::make_unique<EngineBackend>(0, std::move(none), nullptr, eopts);
+    return make_front_end(std::move(rv.cluster), std::move(backend), timeout);
+  }
+
+  // Phase 2: a transport per pair, the mesh (control links + TCP data links), the other links.
+  const ResolvedCluster& c = rv.cluster;
+  const int n = c.num_workers;
+  std::vector<TransportKind> kinds = choose_transports(c.task_id, rv.peers);
+  MeshSockets mesh = connect_mesh(c, rv.listener, kinds, connect_timeout);
+  std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
+  ConnectContext cctx;
+  cctx.rank = c.task_id;
+  cctx.world_size = n;
+  cctx.peers = &rv.peers;
+  cctx.deadline = common::deadline_after(connect_timeout);
+  cctx.timeout_seconds = connect_timeout;
+  TcpTransport tcp(std::move(mesh.data), topts.chunk_bytes);
+  for (TransportKind k : {TransportKind::kTcp, TransportKind::kShm, TransportKind::kMpi}) {
+    std::vector<int> peers;
+    for (int p = 0; p < n; ++p) {
+      if (p != c.task_id && kinds[static_cast<std::size_t>(p)] == k) peers.push_back(p);
+    }
+    if (peers.empty()) continue;
+    Transport* t = k == TransportKind::kTcp ? &tcp : local[k].get();
+    MWMS_CHECK(t != nullptr, std::string("no ") + transport_name(k) + " transport");
+    std::vector<std::unique_ptr<Link>> got = t->connect(peers, cctx);
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      links[static_cast<std::size_t>(peers[i])] = std::move(got[i]);
+    }
+  }
+  PeerNames names;
+  names.addresses = c.ring;
+  for (int r = 0; r < n; ++r) names.tasks.push_back(c.task_name_of_rank(r));
+  auto control = std::make_unique<ControlPlane>(c.task_id, std::move(mesh.control), names);
+
+  EngineOptions eopts;
+  eopts.timeout_seconds = timeout;
+  eopts.runner.chunk_bytes = topts.chunk_bytes;
+  eopts.runner.spin_seconds =
+      static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
+  eopts.runner.yield_while_spinning =
+      rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();
+  eopts.selector.forced = common::env_string("MWMS_ALGO");
+  eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
+  eopts.topology = topology_of(rv.peers);
+  auto backend = std::make_unique<EngineBackend>(c.task_id, std::move(links), std::move(control),
+                                                 eopts);
+  if (c.is_chief) {
+    MWMS_LOG_INFO(kInit, "libmwms communicator ready: world size " << n << ", "
+                                                                   << backend->describe());
+  }
+  return make_front_end(std::move(rv.cluster), std::move(backend), timeout);
+}
+
+}  // namespace mwms::collective

@@ -1,0 +1,292 @@
+#include "collective/engine/plan_runner.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/socket.h"
+#include "kernels/reduce.h"
+
+namespace mwms::collective {
+
+namespace {
+
+constexpr std::size_t kHeader = sizeof(FrameHeader);
+
+int next_with_send(const Plan& p, int i) {
+  const int n = static_cast<int>(p.transfers.size());
+  while (i < n && !p.transfers[static_cast<std::size_t>(i)].has_send) ++i;
+  return i;
+}
+int next_with_recv(const Plan& p, int i) {
+  const int n = static_cast<int>(p.transfers.size());
+  while (i < n && !p.transfers[static_cast<std::size_t>(i)].has_recv) ++i;
+  return i;
+}
+double since(common::Clock::time_point t) {
+  return std::chrono::duration<double>(common::Clock::now() - t).count();
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Applies `a` to payload bytes [b, b + len) of `t`, seen at `src` (ChunkAction in plan.h).
+void apply(const Transfer& t, const ChunkAction& a, std::size_t b, std::size_t len,
+           const char* src, DataType dtype, ReduceOp op, int world_size) {
+  const std::size_t elems = len / dtype_size(dtype);
+  char* result;
+  if (a.accumulate_into != nullptr) {
+    result = a.accumulate_into + b;
+    kernels::reduce(result, src, elems, dtype, op);
+  } else {
+    result = t.recv + b;
+    if (src != result) std::memcpy(result, src, len);
+  }
+  if (a.operand != nullptr) kernels::reduce(result, a.operand + b, elems, dtype, op);
+  if (a.scale) kernels::scale_divide(result, elems, dtype, world_size);
+  if (a.copy_to != nullptr && a.copy_to + b != result) std::memmove(a.copy_to + b, result, len);
+}
+
+}  // namespace
+
+struct PlanRunner::State {
+  int n = 0;
+  int s = 0;  // send cursor (Note [plan order])
+  int r = 0;  // receive cursor
+  bool send_started = false;
+  bool recv_started = false;
+  bool recv_checked = false;
+  bool notice_sent = false;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int world_size = 1;
+  double timeout = 0;
+  common::Clock::time_point start;
+  common::Clock::time_point last_progress;
+};
+
+PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options)
+    : links_(std::move(links)), control_(control), options_(options) {}
+
+Link& PlanRunner::link_to(int peer, const ErrorContext& ctx) {
+  bool known = peer >= 0 && peer < static_cast<int>(links_.size()) &&
+               links_[static_cast<std::size_t>(peer)] != nullptr;
+  MWMS_CHECK(known, "plan names rank " + std::to_string(peer) + " that has no link (" + ctx.op +
+                        ")");
+  return *links_[static_cast<std::size_t>(peer)];
+}
+
+void PlanRunner::rethrow_link_error(int peer, const ErrorContext& ctx) {
+  ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
+  c.peer_rank = peer;
+  c.transport = links_[static_cast<std::size_t>(peer)]->caps().name;
+  try {
+    throw;
+  } catch (const PeerError& e) {
+    // The peer may have told us why it left: its abort names the real cause.
+    if (control_ != nullptr) control_->drain(peer, c);
+    throw PeerError(e.message(), c);
+  } catch (const BackendError& e) {
+    throw BackendError(e.message(), e.native_code(), c);
+  }
+}
+
+// Payload bytes of the current send transfer that may go out now (Note [ring gating]).
+std::size_t PlanRunner::send_limit(const Transfer& t, const State& st) const {
+  if (t.send_gate < 0 || t.send_gate < st.r) return t.send_bytes;
+  if (t.send_gate > st.r || t.send_gate_whole || !st.recv_started || !st.recv_checked) return 0;
+  return std::min(t.send_bytes, recv_slot_.consumed);
+}
+
+bool PlanRunner::pump_send(const Plan& plan, State& st, const ErrorContext& ctx) {
+  if (st.s >= st.n) return false;
+  const Transfer& t = plan.transfers[static_cast<std::size_t>(st.s)];
+  if (!st.send_started) {
+    send_slot_.start(&t.send_header, t.send, t.send_bytes, send_limit(t, st));
+    st.send_started = true;
+  } else {
+    send_slot_.ready = std::max(send_slot_.ready, send_limit(t, st));
+  }
+  Link& link = link_to(t.send_peer, ctx);
+  bool moved = false;
+  try {
+    moved = link.poll_send(send_slot_);
+  } catch (const Error&) {
+    rethrow_link_error(t.send_peer, ctx);
+  }
+  if (send_slot_.done) {
+    st.s = next_with_send(plan, st.s + 1);
+    st.send_started = false;
+    return true;
+  }
+  return moved;
+}
+
+void PlanRunner::consume(const Plan& plan, State& st, Link& link) {
+  const std::size_t i = static_cast<std::size_t>(st.r);
+  const Transfer& t = plan.transfers[i];
+  const ChunkAction& a = plan.actions[i];
+  const std::size_t esize = dtype_size(st.dtype);
+  while (recv_slot_.arrived > recv_slot_.consumed) {
+    const std::size_t pending = recv_slot_.arrived - recv_slot_.consumed;
+    RecvView v = link.recv_view(recv_slot_);
+    if (v.bytes == 0) break;
+    const std::size_t b = recv_slot_.consumed;
+    std::size_t len = v.bytes;
+    if (t.recv_in_chunks) {
+      // Reduce whole chunks while they are hot in cache; the tail once the payload is complete,
+      // or what a wrapped view offers.
+      if (len >= options_.chunk_bytes) {
+        len = options_.chunk_bytes;
+      } else if (b + len != t.recv_bytes && len == pending) {
+        break;
+      }
+      len -= len % esize;
+      MWMS_CHECK(len > 0, "link view splits an element");
+      apply(t, a, b, len, v.data, st.dtype, st.op, st.world_size);
+    } else if (v.data != t.recv + b) {
+      std::memcpy(t.recv + b, v.data, len);
+    }
+    link.recv_release(recv_slot_, len);
+  }
+}
+
+bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx) {
+  if (st.r >= st.n) return false;
+  const Transfer& t = plan.transfers[static_cast<std::size_t>(st.r)];
+  if (t.recv_gate >= 0 && st.s <= t.recv_gate) return false;  // buffer still being sent
+  if (!st.recv_started) {
+    recv_slot_.start(t.recv, t.recv_bytes, t.recv_must_land);
+    st.recv_started = true;
+    st.recv_checked = false;
+  }
+  Link& link = link_to(t.recv_peer, ctx);
+  bool moved = false;
+  try {
+    moved = link.poll_recv(recv_slot_);
+  } catch (const Error&) {
+    rethrow_link_error(t.recv_peer, ctx);
+  }
+  if (!recv_slot_.header_arrived) return moved;
+  if (!st.recv_checked) {
+    ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, t.recv_peer) : ctx;
+    c.peer_rank = t.recv_peer;
+    c.transport = link.caps().name;
+    check_frame(t.expect_header, recv_slot_.header, c);
+    st.recv_checked = true;
+  }
+  const std::size_t before = recv_slot_.consumed;
+  consume(plan, st, link);
+  if (recv_slot_.done()) {
+    st.r = next_with_recv(plan, st.r + 1);
+    st.recv_started = false;
+    return true;
+  }
+  return moved || recv_slot_.consumed != before;
+}
+
+void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
+  const double idle = since(st.last_progress);
+  // What can move: a receive that is not gated on our own send, a send with bytes allowed.
+  const Transfer* ts = plan.transfers.data();
+  const bool want_read = st.r < st.n && !(ts[st.r].recv_gate >= 0 && st.s <= ts[st.r].recv_gate);
+  const bool gated_send = st.send_started && send_slot_.header_sent == kHeader &&
+                          send_slot_.sent >= send_slot_.ready && send_slot_.ready < send_slot_.bytes;
+  const bool want_write = st.s < st.n && !gated_send;
+  const int waited = want_read ? ts[st.r].recv_peer : (st.s < st.n ? ts[st.s].send_peer : -1);
+  if (idle < options_.spin_seconds) {
+    if (options_.yield_while_spinning) {
+      sched_yield();
+    } else {
+      cpu_relax();
+    }
+    return;
+  }
+  const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
+  if (control_ != nullptr && !st.notice_sent && idle > st.timeout / 2 && waited >= 0) {
+    control_->send_stall_notice(seq, waited);
+    st.notice_sent = true;
+  }
+  const double left = st.timeout - idle;
+  if (left <= 0) {
+    int peer = control_ != nullptr ? control_->blame(seq, waited) : waited;
+    std::string via;
+    if (peer != waited) via = " (rank " + std::to_string(waited) + " is waiting for it too)";
+    ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
+    c.peer_rank = peer;
+    c.elapsed_seconds = since(st.start);
+    c.timeout_seconds = st.timeout;
+    if (waited >= 0) c.transport = link_to(waited, ctx).caps().name;
+    throw TimeoutError("no progress from rank " + std::to_string(peer) + " for " +
+                           std::to_string(static_cast<int>(st.timeout)) + " s" + via +
+                           " (the peer is stalled, overloaded or stuck before this collective)",
+                       c);
+  }
+  pollfd fds[2];
+  int k = 0;
+  Link* sleeper = nullptr;
+  if (want_read) {
+    Link& l = link_to(ts[st.r].recv_peer, ctx);
+    if (l.wait_fd() >= 0) {
+      fds[k++] = {l.wait_fd(), POLLIN, 0};
+    } else {
+      sleeper = &l;
+    }
+  }
+  if (want_write) {
+    Link& l = link_to(ts[st.s].send_peer, ctx);
+    if (l.wait_fd() >= 0) {
+      fds[k++] = {l.wait_fd(), POLLOUT, 0};
+    } else if (sleeper == nullptr) {
+      sleeper = &l;
+    }
+  }
+  if (sleeper != nullptr) {
+    // Links without a descriptor (shared memory) sleep on their doorbell briefly, then the
+    // control plane is looked at without waiting, so a dead peer is noticed within ~10 ms.
+    sleeper->wait(std::min(left, 0.01), want_write, want_read);
+    if (control_ != nullptr) control_->poll(fds, k, 0, ctx);
+  } else if (control_ != nullptr) {
+    // Data first: an abort only interrupts a rank that cannot make progress.
+    control_->poll(fds, k, static_cast<int>(std::min(left * 1000.0 + 1, 100.0)), ctx);
+  } else {
+    ::poll(fds, static_cast<nfds_t>(k), static_cast<int>(std::min(left * 1000.0 + 1, 100.0)));
+  }
+  if (control_ != nullptr && waited >= 0 && control_->closed(waited) &&
+      link_to(waited, ctx).wait_fd() < 0) {
+    ErrorContext c = control_->with_peer(ctx, waited);
+    c.transport = link_to(waited, ctx).caps().name;
+    throw PeerError("rank " + std::to_string(waited) + " closed its control connection while this "
+                    "rank waited for it in the middle of a collective (the peer process probably "
+                    "died or aborted)", c);
+  }
+}
+
+void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_size,
+                     double timeout_seconds, ErrorContext ctx) {
+  State st;
+  st.n = static_cast<int>(plan.transfers.size());
+  st.dtype = dtype;
+  st.op = op;
+  st.world_size = world_size;
+  st.timeout = timeout_seconds;
+  st.start = st.last_progress = common::Clock::now();
+  st.s = next_with_send(plan, 0);
+  st.r = next_with_recv(plan, 0);
+  while (st.s < st.n || st.r < st.n) {
+    bool progressed = pump_recv(plan, st, ctx);
+    progressed = pump_send(plan, st, ctx) || progressed;
+    if (progressed) {
+      st.last_progress = common::Clock::now();
+      continue;
+    }
+    wait(plan, st, ctx);
+  }
+}
+
+}  // namespace mwms::collective

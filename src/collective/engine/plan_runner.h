@@ -1,0 +1,54 @@
+// The engine's executor (DESIGN "The transport seam"): runs a Plan over per-peer links. It holds
+// the gating state machine (Note [ring gating] in plan.h), posts one send and one receive at a
+// time in plan order (Note [plan order]) into request slots it owns, checks every envelope
+// against what the plan expects (so a rank that called a different collective is reported, not
+// trusted), reduces received chunks through the kernels as they arrive, and waits with a deadline:
+// it spins briefly, then sleeps on the links' descriptors or futexes together with the control
+// plane, so an abort or the death of the peer it waits for interrupts it. It never allocates.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "collective/engine/control_plane.h"
+#include "collective/plan.h"
+#include "collective/transport/link.h"
+
+namespace mwms::collective {
+
+struct RunnerOptions {
+  std::size_t chunk_bytes = 256 << 10;  // reduce granularity (multiple of 64)
+  double spin_seconds = 50e-6;          // poll without sleeping this long after the last progress
+  bool yield_while_spinning = false;    // more ranks than cores on this host: yield, do not spin
+};
+
+class PlanRunner {
+ public:
+  /// `links` by rank (nullptr for this rank and peers no plan talks to); `control` may be null
+  /// (threaded tests without a control plane). Both outlive the runner.
+  PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options);
+
+  /// Runs `plan` to completion. @throws TimeoutError when no byte moved for timeout_seconds
+  /// (naming the rank to blame, Note [stall blame]), PeerError (a link failed or a peer
+  /// aborted, naming it), CollectiveMismatchError (an envelope describes another call).
+  void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
+           ErrorContext ctx);
+
+ private:
+  struct State;
+  std::size_t send_limit(const Transfer& t, const State& st) const;
+  bool pump_send(const Plan& plan, State& st, const ErrorContext& ctx);
+  bool pump_recv(const Plan& plan, State& st, const ErrorContext& ctx);
+  void consume(const Plan& plan, State& st, Link& link);
+  void wait(const Plan& plan, State& st, const ErrorContext& ctx);
+  Link& link_to(int peer, const ErrorContext& ctx);
+  [[noreturn]] void rethrow_link_error(int peer, const ErrorContext& ctx);
+
+  std::vector<Link*> links_;
+  ControlPlane* control_;
+  RunnerOptions options_;
+  SendSlot send_slot_;
+  RecvSlot recv_slot_;
+};
+
+}  // namespace mwms::collective

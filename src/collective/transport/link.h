@@ -1,0 +1,116 @@
+// The data-movement seam (DESIGN "The transport seam", STYLE items 26-28): a Link moves the
+// messages of one peer pair in both directions and nothing else. It knows no dtype, reduction or
+// collective; the PlanRunner gives it request slots (owned by the runner, reused for every
+// message, so nothing is allocated per chunk) and polls them.
+//
+// Note [link messages]: a message is one envelope (FrameHeader, checked by the runner) followed by
+// exactly `bytes` of payload. A send slot's payload may become available bit by bit (`ready`
+// grows as the runner finalises the bytes the send depends on, Note [ring gating]); a link sends
+// at most `ready` bytes. A receive slot's payload is consumed bit by bit: the link makes bytes
+// available (`arrived`), the runner reads them through recv_view() and hands them back with
+// recv_release(). Messages between two ranks are FIFO per direction.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "collective/frame.h"
+
+namespace mwms::collective {
+
+/// What a transport offers (UCX capability flags). Published by every Link.
+struct TransportCaps {
+  const char* name = "?";         // "tcp", "shm", "mpi", "mem": appears in errors and logs
+  bool host_memory = true;        // payload pointers may be host memory
+  bool device_memory = false;     // payload pointers may be GPU memory
+  bool in_place_recv = false;     // recv_view() may point at the peer's bytes (no staging copy)
+  bool pollable = false;          // wait_fd() returns a descriptor poll(2) can sleep on
+  std::size_t chunk_bytes = 256 << 10;  // preferred pipeline chunk
+  int max_inflight = 1;           // messages in flight per direction
+};
+
+/// One outgoing message (Note [link messages]). The runner fills header/data/bytes/ready; the
+/// link advances the rest. Reused for every message: reset with start().
+struct SendSlot {
+  const FrameHeader* header = nullptr;
+  const char* data = nullptr;
+  std::size_t bytes = 0;   // payload bytes of the message
+  std::size_t ready = 0;   // payload bytes the runner allows out so far (<= bytes)
+  // Link progress: envelope bytes and payload bytes taken; `done` once the link no longer reads
+  // `data` (the buffer may be reused).
+  std::size_t header_sent = 0;
+  std::size_t sent = 0;
+  bool done = false;
+  void* link_state = nullptr;  // a link's per-message handle (e.g. an MPI request index)
+
+  void start(const FrameHeader* h, const char* d, std::size_t n, std::size_t ready_bytes) {
+    header = h;
+    data = d;
+    bytes = n;
+    ready = ready_bytes;
+    header_sent = 0;
+    sent = 0;
+    done = false;
+    link_state = nullptr;
+  }
+};
+
+/// One incoming message (Note [link messages]).
+struct RecvSlot {
+  FrameHeader header;         // envelope as received; valid once header_arrived
+  bool header_arrived = false;
+  char* landing = nullptr;    // where the payload lands (a link may bypass it: see must_land)
+  std::size_t bytes = 0;      // payload bytes expected (the envelope's payload_bytes is checked)
+  bool must_land = true;      // false: the runner only reads the payload through recv_view
+  std::size_t arrived = 0;    // payload bytes available to recv_view
+  std::size_t consumed = 0;   // payload bytes released by the runner
+  std::size_t header_got = 0; // link progress on the envelope
+  void* link_state = nullptr;
+
+  void start(char* dst, std::size_t n, bool land) {
+    header_arrived = false;
+    landing = dst;
+    bytes = n;
+    must_land = land;
+    arrived = 0;
+    consumed = 0;
+    header_got = 0;
+    link_state = nullptr;
+  }
+  bool done() const { return header_arrived && consumed == bytes; }
+};
+
+/// Contiguous payload bytes readable now.
+struct RecvView {
+  const char* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// The link to one peer. Non-blocking, driven by the runner's polling; one thread at a time.
+/// Errors (peer closed, reset, corrupt stream) are thrown as PeerError/BackendError from the poll
+/// calls; the runner adds the collective's context.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual const TransportCaps& caps() const noexcept = 0;
+  /// The peer's rank.
+  virtual int peer() const noexcept = 0;
+
+  /// Advances an outgoing message; true when bytes moved or the slot completed.
+  virtual bool poll_send(SendSlot& slot) = 0;
+  /// Advances an incoming message: fills the envelope, then makes payload available.
+  virtual bool poll_recv(RecvSlot& slot) = 0;
+  /// Payload bytes of `slot` from slot.consumed on that are readable now (contiguous: a link
+  /// whose bytes wrap around returns the part before the wrap).
+  virtual RecvView recv_view(const RecvSlot& slot) = 0;
+  /// The runner is done with `bytes` more payload bytes of `slot` (from slot.consumed).
+  virtual void recv_release(RecvSlot& slot, std::size_t bytes) = 0;
+
+  /// A descriptor to poll(2) on while blocked (POLLIN for receives, POLLOUT for sends), or -1.
+  virtual int wait_fd() const noexcept { return -1; }
+  /// Sleeps at most `max_seconds` or until the link may have progressed, for links without a
+  /// descriptor (shm: a futex). `for_send`/`for_recv` say which direction is blocked.
+  virtual void wait(double max_seconds, bool for_send, bool for_recv);
+};
+
+}  // namespace mwms::collective

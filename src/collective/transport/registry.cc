@@ -1,0 +1,71 @@
+// Which transport each pair uses, and the names of the transports. This is the one file of the
+// transport layer that knows every transport (MPI registers behind MWMS_HAVE_MPI, STYLE item 4).
+#include "collective/transport/transport.h"
+
+#include "mwms/errors.h"
+
+namespace mwms::collective {
+
+std::unique_ptr<Transport> make_transport(TransportKind kind, const TransportOptions&) {
+  switch (kind) {
+    case TransportKind::kTcp: return nullptr;
+    case TransportKind::kShm: return nullptr;  // the shared-memory transport registers here
+    case TransportKind::kMpi: return nullptr;  // the MPI transport registers here
+  }
+  return nullptr;
+}
+
+const char* transport_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kTcp: return "tcp";
+    case TransportKind::kShm: return "shm";
+    case TransportKind::kMpi: return "mpi";
+  }
+  return "unknown";
+}
+
+std::vector<TransportKind> choose_transports(int rank,
+                                             const std::vector<bootstrap::PeerInfo>& peers) {
+  const std::string& mine = peers[static_cast<std::size_t>(rank)].transport;
+  for (const bootstrap::PeerInfo& p : peers) {
+    if (p.transport != mine) {
+      throw BootstrapError("rank " + std::to_string(p.rank) + " (" + p.address +
+                           ") uses transport " + p.transport + " but rank " +
+                           std::to_string(rank) + " uses " + mine +
+                           "; MWMS_TRANSPORT (or CommunicatorOptions::transport) must be the "
+                           "same on every rank");
+    }
+  }
+  std::vector<TransportKind> kinds(peers.size(), TransportKind::kTcp);
+  const bootstrap::PeerInfo& me = peers[static_cast<std::size_t>(rank)];
+  for (const bootstrap::PeerInfo& p : peers) {
+    if (p.rank == rank) continue;
+    const bool same_host = p.host_id == me.host_id;
+    const bool both_shm = p.blobs.count("shm") > 0 && me.blobs.count("shm") > 0;
+    TransportKind& k = kinds[static_cast<std::size_t>(p.rank)];
+    if (mine == "tcp") {
+      k = TransportKind::kTcp;
+    } else if (mine == "mpi") {
+      if (p.blobs.count("mpi") == 0 || me.blobs.count("mpi") == 0) {
+        throw BootstrapError("MWMS_TRANSPORT=mpi, but rank " +
+                             std::to_string(me.blobs.count("mpi") == 0 ? rank : p.rank) +
+                             " has no MPI (start every rank with mpirun, from a build with MPI)");
+      }
+      k = TransportKind::kMpi;
+    } else if (mine == "shm") {
+      if (!same_host || !both_shm) {
+        throw BootstrapError("MWMS_TRANSPORT=shm, but rank " + std::to_string(p.rank) + " (" +
+                             p.address + ") " +
+                             (same_host ? "has shared memory disabled (MWMS_SHM_DISABLE=1)"
+                                        : "is on another host than rank " + std::to_string(rank)) +
+                             "; use MWMS_TRANSPORT=auto");
+      }
+      k = TransportKind::kShm;
+    } else {
+      k = same_host && both_shm ? TransportKind::kShm : TransportKind::kTcp;
+    }
+  }
+  return kinds;
+}
+
+}  // namespace mwms::collective

@@ -1,0 +1,149 @@
+#include "collective/transport/ring_link.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+namespace mwms::collective {
+
+namespace {
+constexpr std::size_t kHeader = sizeof(FrameHeader);
+constexpr std::uint64_t kBlock = 64;  // Note [ring link layout]
+std::uint64_t round_up(std::uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+}  // namespace
+
+void doorbell_wait(Doorbell* bell, std::uint32_t seen, double max_seconds) noexcept {
+  if (max_seconds <= 0) return;
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(max_seconds);
+  ts.tv_nsec = static_cast<long>((max_seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  // Not FUTEX_PRIVATE: the word may live in memory shared between processes.
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell->seq), FUTEX_WAIT, seen, &ts,
+            nullptr, 0);
+}
+
+void doorbell_ring(Doorbell* bell) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // Note [doorbell]: store, fence, load
+  if (bell->sleepers.load(std::memory_order_relaxed) == 0) return;
+  bell->seq.fetch_add(1, std::memory_order_release);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell->seq), FUTEX_WAKE, INT_MAX,
+            nullptr, nullptr, 0);
+}
+
+RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
+                   Doorbell* peer_bell)
+    : peer_(peer), caps_(caps), tx_(tx), rx_(rx), own_(own), peer_bell_(peer_bell) {
+  caps_.in_place_recv = true;
+  caps_.pollable = false;
+  rx_next_ = rx_.control->tail.load(std::memory_order_relaxed);
+}
+
+void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
+
+bool RingLink::poll_send(SendSlot& slot) {
+  if (slot.done) return false;
+  std::uint64_t head = tx_.control->head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = tx_.control->tail.load(std::memory_order_acquire);
+  tx_seen_tail_ = tail;
+  std::uint64_t free = tx_.capacity - (head - tail);
+  bool moved = false;
+  if (slot.header_sent < kHeader) {
+    if (free < kBlock) return false;
+    std::memcpy(tx_.data + head % tx_.capacity, slot.header, kHeader);
+    head += kBlock;
+    free -= kBlock;
+    slot.header_sent = kHeader;
+    moved = true;
+  }
+  while (slot.sent < slot.ready && free > 0) {
+    std::uint64_t pos = head % tx_.capacity;
+    std::size_t n = static_cast<std::size_t>(
+        std::min<std::uint64_t>({tx_.capacity - pos, free, slot.ready - slot.sent}));
+    std::memcpy(tx_.data + pos, slot.data + slot.sent, n);
+    head += n;
+    free -= n;
+    slot.sent += n;
+    moved = true;
+  }
+  if (slot.sent == slot.bytes) {
+    std::uint64_t pad = round_up(slot.bytes) - slot.bytes;
+    if (free >= pad) {
+      head += pad;
+      slot.done = true;
+      moved = true;
+    }
+  }
+  if (moved) {
+    tx_.control->head.store(head, std::memory_order_release);
+    ring_peer();
+  }
+  return moved;
+}
+
+bool RingLink::poll_recv(RecvSlot& slot) {
+  const std::uint64_t head = rx_.control->head.load(std::memory_order_acquire);
+  rx_seen_head_ = head;
+  bool moved = false;
+  if (!slot.header_arrived) {
+    if (head - rx_next_ < kBlock) return false;
+    std::memcpy(&slot.header, rx_.data + rx_next_ % rx_.capacity, kHeader);
+    slot.header_got = kHeader;
+    slot.header_arrived = true;
+    rx_payload_start_ = rx_next_ + kBlock;
+    rx_next_ = rx_payload_start_ + round_up(slot.bytes);
+    // Releases the envelope (and the previous message's padding).
+    rx_.control->tail.store(rx_payload_start_, std::memory_order_release);
+    ring_peer();
+    moved = true;
+  }
+  // A peer whose envelope disagrees is reported by the runner; do not interpret its payload.
+  if (slot.header.payload_bytes != slot.bytes) return moved;
+  const std::uint64_t in_ring = std::min<std::uint64_t>(head - rx_payload_start_, slot.bytes);
+  if (in_ring <= slot.arrived) return moved;
+  if (!slot.must_land) {
+    slot.arrived = static_cast<std::size_t>(in_ring);
+    return true;
+  }
+  while (slot.arrived < in_ring) {
+    std::uint64_t pos = (rx_payload_start_ + slot.arrived) % rx_.capacity;
+    std::size_t n = static_cast<std::size_t>(
+        std::min<std::uint64_t>(rx_.capacity - pos, in_ring - slot.arrived));
+    std::memcpy(slot.landing + slot.arrived, rx_.data + pos, n);
+    slot.arrived += n;
+  }
+  rx_.control->tail.store(rx_payload_start_ + slot.arrived, std::memory_order_release);
+  ring_peer();
+  return true;
+}
+
+RecvView RingLink::recv_view(const RecvSlot& slot) {
+  if (slot.must_land) return {slot.landing + slot.consumed, slot.arrived - slot.consumed};
+  std::uint64_t pos = (rx_payload_start_ + slot.consumed) % rx_.capacity;
+  std::size_t n = static_cast<std::size_t>(
+      std::min<std::uint64_t>(rx_.capacity - pos, slot.arrived - slot.consumed));
+  return {rx_.data + pos, n};
+}
+
+void RingLink::recv_release(RecvSlot& slot, std::size_t bytes) {
+  slot.consumed += bytes;
+  if (slot.must_land) return;
+  rx_.control->tail.store(rx_payload_start_ + slot.consumed, std::memory_order_release);
+  ring_peer();
+}
+
+void RingLink::wait(double max_seconds, bool for_send, bool for_recv) {
+  const std::uint32_t seen = own_->seq.load(std::memory_order_acquire);
+  own_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  // Note [doorbell]: re-check after announcing, so a peer that produced in between is not missed.
+  bool ready = (for_recv && rx_.control->head.load(std::memory_order_seq_cst) != rx_seen_head_) ||
+               (for_send && tx_.control->tail.load(std::memory_order_seq_cst) != tx_seen_tail_);
+  if (!ready) doorbell_wait(own_, seen, max_seconds);
+  own_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace mwms::collective
