@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "mwms/types.h"
 
@@ -12,7 +14,8 @@ namespace mwms::kernels {
 /// dst[i] = op(dst[i], src[i]) for i in [0, count). kMean reduces as kSum (the division happens
 /// once, at the end, in scale_divide). float16/bfloat16: each pair is widened to float32, combined,
 /// and rounded back once (round to nearest even). dst and src may not overlap partially
-/// (dst == src is allowed). Never throws, never allocates.
+/// (dst == src is allowed); they need the element's alignment, nothing more. Never throws, never
+/// allocates. Runs the best instruction-set variant this CPU has (detail::KernelIsa below).
 ///
 /// NaN: for float types kMin and kMax propagate NaN (if either operand is NaN the result is NaN),
 /// as torch.minimum/maximum do, unlike std::fmin/fmax which drop it; NCCL and MPI leave this
@@ -41,13 +44,36 @@ std::uint16_t float_to_bfloat16(float f) noexcept;
 
 namespace detail {
 
-/// True when this CPU has AVX2 and F16C, so reduce() and scale_divide() run the AVX2 variant
-/// (float16 conversions in hardware). Results are bit-identical to the baseline variant.
-bool avx2_kernels_available() noexcept;
+/// Instruction-set variants of reduce() and scale_divide(), in increasing order of what they need
+/// from the CPU. All give bit-identical results for every dtype and op, NaN propagation, signed
+/// zeros and subnormals included; the one exception is the freedom reduce() documents (which
+/// payload survives when both operands of a sum or product are NaN). They differ only in speed.
+/// See Note [isa variants] in reduce_impl.h.
+///  - kBaseline: x86-64 baseline (SSE2), or the portable code on other architectures.
+///  - kAvx2: AVX2 + F16C: 256-bit loops, float16/bfloat16 converted in registers (fused loops).
+///  - kAvx512: AVX-512 F/BW/VL/DQ + F16C: 512-bit loops, fused 16-bit loops with masked tails.
+enum class KernelIsa : std::uint8_t { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 
-/// Test and bench hook: true makes reduce() and scale_divide() run the baseline x86-64 (SSE2)
-/// variant even where AVX2 is available, so tests can compare the two. Process-wide, relaxed.
-void force_baseline_kernels(bool force) noexcept;
+/// Every KernelIsa, in increasing order (for tests and the bench to iterate over).
+inline constexpr KernelIsa kAllKernelIsas[] = {KernelIsa::kBaseline, KernelIsa::kAvx2,
+                                               KernelIsa::kAvx512};
+
+/// "baseline", "avx2" or "avx512".
+std::string_view to_string(KernelIsa isa) noexcept;
+
+/// True when this CPU and OS can run `isa` (kBaseline: always). Detected once (CPUID, and the OS
+/// saving the YMM/ZMM state), then cached; thread-safe.
+bool kernel_isa_available(KernelIsa isa) noexcept;
+
+/// The variant reduce() and scale_divide() run now: the best available one, or the one chosen by
+/// force_kernel_isa(). Thread-safe.
+KernelIsa active_kernel_isa() noexcept;
+
+/// Test and bench hook: `isa` makes reduce() and scale_divide() run that variant, or the best
+/// available one below it where this CPU lacks it (so check active_kernel_isa() afterwards);
+/// std::nullopt restores the default (the best available). Process-wide (a relaxed atomic): a
+/// reduce() running on another thread meanwhile may run either variant, with the same result.
+void force_kernel_isa(std::optional<KernelIsa> isa) noexcept;
 
 }  // namespace detail
 

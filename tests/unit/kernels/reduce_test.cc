@@ -1,6 +1,7 @@
 // CPU reduction kernels against scalar references computed here. Inputs are small integers, exact
 // in every dtype (including float16/bfloat16) along with their sums and products, so results are
-// compared bit for bit, not within a tolerance.
+// compared bit for bit, not within a tolerance. Every test runs on each ISA variant the CPU has
+// (baseline, AVX2, AVX-512), and one compares the variants with each other on edge values.
 #include "kernels/reduce.h"
 
 #include <catch2/catch.hpp>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@ namespace {
 using mwms::DataType;
 using mwms::ReduceOp;
 namespace mk = mwms::kernels;
+using mk::detail::KernelIsa;
 
 constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64,  DataType::kFloat16,
                                    DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
@@ -109,16 +112,36 @@ std::string label(DataType dt, ReduceOp op, std::size_t count) {
          std::to_string(count);
 }
 
-// Runs `body` on the AVX2 variant (where the CPU has it) and on the baseline variant; every
-// kernel test goes through both, since which one a user gets depends on the machine.
+// The ISA variants this CPU can run, baseline first.
+std::vector<KernelIsa> available_isas() {
+  std::vector<KernelIsa> isas;
+  for (KernelIsa isa : mk::detail::kAllKernelIsas) {
+    if (mk::detail::kernel_isa_available(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Forces one variant for its lifetime; restores the default even when a REQUIRE throws.
+class ForcedIsa {
+ public:
+  explicit ForcedIsa(KernelIsa isa) {
+    mk::detail::force_kernel_isa(isa);
+    REQUIRE(mk::detail::active_kernel_isa() == isa);
+  }
+  ~ForcedIsa() { mk::detail::force_kernel_isa(std::nullopt); }
+  ForcedIsa(const ForcedIsa&) = delete;
+  ForcedIsa& operator=(const ForcedIsa&) = delete;
+};
+
+// Runs `body` on every variant the CPU has; every kernel test goes through all of them, since
+// which one a user gets depends on the machine.
 template <typename Body>
 void for_each_variant(Body body) {
-  for (bool baseline : {false, true}) {
-    mk::detail::force_baseline_kernels(baseline);
-    INFO((baseline ? "baseline variant" : "dispatched variant"));
+  for (KernelIsa isa : available_isas()) {
+    ForcedIsa forced(isa);
+    INFO(std::string(mk::detail::to_string(isa)) + " variant");
     body();
   }
-  mk::detail::force_baseline_kernels(false);
 }
 
 void check_against_reference(DataType dt, ReduceOp op, std::size_t count) {
@@ -345,8 +368,8 @@ TEST_CASE("float_to_bfloat16 rounds to nearest even and handles overflow and NaN
   CHECK(mk::float_to_bfloat16(bits_float(0xffc00000u)) == 0xffc0);
 }
 
-// Random 16-bit pairs (any value: NaN, Inf, subnormals, inexact sums) through the block path must
-// equal the scalar conversions applied per element, on both the dispatched and the baseline variant.
+// Random 16-bit pairs (any value: NaN, Inf, subnormals, inexact sums) must equal the scalar
+// conversions applied per element, on every variant (the blocked and the fused 16-bit paths).
 TEST_CASE("16-bit reduce rounds once like the scalar conversions", "[unit][kernels]") {
   const std::size_t count = 70001;
   for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
@@ -363,31 +386,26 @@ TEST_CASE("16-bit reduce rounds once like the scalar conversions", "[unit][kerne
       b[i] = static_cast<std::uint16_t>(state);
     }
     for (ReduceOp op : kAllOps) {
-      std::vector<std::uint16_t> got[2];
-      for (int baseline = 0; baseline < 2; ++baseline) {
-        mk::detail::force_baseline_kernels(baseline == 1);
-        got[baseline] = a;
-        mk::reduce(got[baseline].data(), b.data(), count, dt, op);
-      }
-      mk::detail::force_baseline_kernels(false);
-      INFO(label(dt, op, count));
-      // Both paths must agree bit for bit, NaN payloads included.
-      CHECK(std::memcmp(got[0].data(), got[1].data(), count * 2) == 0);
-      std::size_t wrong = 0;
-      for (std::size_t i = 0; i < count; ++i) {
-        const float x = widen(a[i]), y = widen(b[i]);
-        const double r = reference_op(op, x, y);
-        if (std::isnan(x) || std::isnan(y) || std::isnan(r)) {
-          wrong += !std::isnan(widen(got[0][i]));
-        } else {
-          // The kernel computes op in float32 and rounds that once; min/max return an operand.
-          float f = static_cast<float>(r);
-          if (op == ReduceOp::kSum || op == ReduceOp::kMean) f = x + y;
-          if (op == ReduceOp::kProd) f = x * y;
-          wrong += got[0][i] != narrow(f);
+      for_each_variant([&] {
+        std::vector<std::uint16_t> got = a;
+        mk::reduce(got.data(), b.data(), count, dt, op);
+        INFO(label(dt, op, count));
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          const float x = widen(a[i]), y = widen(b[i]);
+          const double r = reference_op(op, x, y);
+          if (std::isnan(x) || std::isnan(y) || std::isnan(r)) {
+            wrong += !std::isnan(widen(got[i]));
+          } else {
+            // The kernel computes op in float32 and rounds that once; min/max return an operand.
+            float f = static_cast<float>(r);
+            if (op == ReduceOp::kSum || op == ReduceOp::kMean) f = x + y;
+            if (op == ReduceOp::kProd) f = x * y;
+            wrong += got[i] != narrow(f);
+          }
         }
-      }
-      CHECK(wrong == 0);
+        CHECK(wrong == 0);
+      });
     }
   }
 }
@@ -442,4 +460,210 @@ TEST_CASE("scale_divide divides every dtype", "[unit][kernels]") {
       CHECK(first_mismatch(buf, want) == -1);
     }
   });
+}
+
+// ---- the variants against each other -------------------------------------------------------
+
+namespace {
+
+// Bit patterns worth pairing with each other: ±0, the smallest and largest subnormals, the
+// smallest normal, the largest finite, ±Inf, quiet and signalling NaNs (with and without payload
+// bits, either sign), ±1 and 1 + 1 ulp (whose sums and products round); float32 also 2^-24 and
+// 65520 (float16's smallest subnormal and its rounding edge to Inf). Integers: 0, ±1 and the
+// wrap-around values.
+std::vector<std::uint64_t> edge_bits(DataType dt) {
+  switch (dt) {
+    case DataType::kFloat32:
+      return {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00800000, 0x7f7fffff,
+              0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+              0x7fbfffff, 0x3f800000, 0xbf800000, 0x3f800001, 0x33800000, 0x477ff000};
+    case DataType::kFloat64:
+      return {0x0000000000000000, 0x8000000000000000, 0x0000000000000001, 0x800fffffffffffff,
+              0x0010000000000000, 0x7fefffffffffffff, 0xffefffffffffffff, 0x7ff0000000000000,
+              0xfff0000000000000, 0x7ff8000000000000, 0xfff8000000000001, 0x7ff0000000000001,
+              0x7ff7ffffffffffff, 0x3ff0000000000000, 0xbff0000000000000, 0x3ff0000000000001};
+    case DataType::kFloat16:
+      return {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00,
+              0x7e00, 0xfe01, 0x7c01, 0x7dff, 0x3c00, 0xbc00, 0x3c01, 0x0200};
+    case DataType::kBFloat16:
+      return {0x0000, 0x8000, 0x0001, 0x807f, 0x0080, 0x7f7f, 0xff7f, 0x7f80, 0xff80,
+              0x7fc0, 0xffc1, 0x7f81, 0x7fbf, 0x3f80, 0xbf80, 0x3f81, 0x0040};
+    case DataType::kInt32:
+      return {0, 1, 0xffffffff, 0x80000000, 0x7fffffff, 0x00010000, 0x00010001, 0xfffeffff};
+    case DataType::kInt64:
+      return {0, 1, ~0ull, 0x8000000000000000, 0x7fffffffffffffff, 0x100000000, 0x100000001,
+              0xfffffffeffffffff};
+  }
+  return {};
+}
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 32);
+}
+
+// Element i of an input: while i < E * E, the pair (i / E, i % E) of edge values (`which` picks
+// the first or the second of the pair), so a long enough buffer holds every ordered pair; after
+// that, and for short buffers, random bits half of the time and a random edge value otherwise.
+std::uint64_t input_bits(DataType dt, std::size_t i, std::size_t count, int which) {
+  const std::vector<std::uint64_t> edges = edge_bits(dt);
+  const std::size_t e = edges.size();
+  if (count >= e * e && i < e * e) return edges[which == 0 ? i / e : i % e];
+  const std::uint64_t r = mix(i * 2 + static_cast<std::uint64_t>(which) + 0x5eed);
+  return (r & 1) != 0 ? edges[(r >> 1) % e] : mix(r);
+}
+
+bool is_nan_bits(DataType dt, std::uint64_t x) {
+  switch (dt) {
+    case DataType::kFloat32: return (x & 0x7fffffff) > 0x7f800000;
+    case DataType::kFloat64: return (x & 0x7fffffffffffffff) > 0x7ff0000000000000;
+    case DataType::kFloat16: return (x & 0x7fff) > 0x7c00;
+    case DataType::kBFloat16: return (x & 0x7fff) > 0x7f80;
+    case DataType::kInt32:
+    case DataType::kInt64: return false;
+  }
+  return false;
+}
+
+// A 64-byte aligned allocation holding `count` elements at `offset` elements past the alignment
+// (so vectors see misaligned data), with guard bytes all around.
+class Arena {
+ public:
+  Arena(DataType dt, std::size_t count, std::size_t offset)
+      : esize_(mwms::dtype_size(dt)), bytes_(count * esize_ + offset * esize_ + 192, 0xA5) {
+    const auto base = reinterpret_cast<std::uintptr_t>(bytes_.data());
+    start_ = ((base + 63) & ~std::uintptr_t{63}) - base + 64 + offset * esize_;
+  }
+  void* data() { return bytes_.data() + start_; }
+  void set(std::size_t i, std::uint64_t bits) {
+    std::memcpy(bytes_.data() + start_ + i * esize_, &bits, esize_);  // little-endian low bytes
+  }
+  std::uint64_t get(std::size_t i) const {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, bytes_.data() + start_ + i * esize_, esize_);
+    return bits;
+  }
+  // Bytes outside the `count` elements that differ from the fill pattern.
+  std::size_t damaged_guards(std::size_t count) const {
+    std::size_t damaged = 0;
+    for (std::size_t i = 0; i < bytes_.size(); ++i) {
+      const bool inside = i >= start_ && i < start_ + count * esize_;
+      damaged += !inside && bytes_[i] != 0xA5;
+    }
+    return damaged;
+  }
+
+ private:
+  std::size_t esize_;
+  std::vector<unsigned char> bytes_;
+  std::size_t start_ = 0;
+};
+
+constexpr std::size_t kCrossCounts[] = {0, 1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 4099};
+
+// reduce() of one (dtype, op, count, alignment) on every variant: each result, guards included,
+// must equal the baseline's byte for byte. The one freedom reduce.h leaves: when both operands of
+// a sum or product are NaN, which payload survives is unspecified, so there only NaN-ness is
+// compared: x86 returns the first operand's payload and compilers swap the operands of a
+// commutative add or multiply freely (GCC 12 does, between the baseline and AVX2 float64 sums).
+void check_variants_agree(DataType dt, ReduceOp op, std::size_t count, std::size_t dst_offset,
+                          std::size_t src_offset, bool in_place) {
+  const std::vector<KernelIsa> isas = available_isas();
+  std::vector<Arena> results;
+  Arena src(dt, count, src_offset);
+  for (std::size_t i = 0; i < count; ++i) src.set(i, input_bits(dt, i, count, 1));
+  for (KernelIsa isa : isas) {
+    results.emplace_back(dt, count, dst_offset);
+    Arena& dst = results.back();
+    for (std::size_t i = 0; i < count; ++i) dst.set(i, input_bits(dt, i, count, 0));
+    ForcedIsa forced(isa);
+    mk::reduce(dst.data(), in_place ? dst.data() : src.data(), count, dt, op);
+  }
+  const bool arithmetic = op != ReduceOp::kMin && op != ReduceOp::kMax;
+  for (std::size_t v = 1; v < isas.size(); ++v) {
+    INFO(label(dt, op, count) + " dst offset " + std::to_string(dst_offset) + " src offset " +
+         std::to_string(src_offset) + (in_place ? " in place" : "") + ": " +
+         std::string(mk::detail::to_string(isas[v])) + " vs baseline");
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t a = input_bits(dt, i, count, 0);
+      const std::uint64_t b = in_place ? a : src.get(i);
+      const std::uint64_t want = results[0].get(i), got = results[v].get(i);
+      if (arithmetic && is_nan_bits(dt, a) && is_nan_bits(dt, b)) {
+        wrong += !is_nan_bits(dt, got);
+      } else {
+        wrong += got != want;
+      }
+    }
+    CHECK(wrong == 0);
+    // Outside [0, count): untouched by every variant (masked tails included).
+    CHECK(results[v].damaged_guards(count) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("variants agree bit for bit on edge values for every dtype x op", "[unit][kernels]") {
+  INFO("variants: " + std::to_string(available_isas().size()));
+  for (DataType dt : kAllDtypes) {
+    for (ReduceOp op : kAllOps) {
+      for (std::size_t count : kCrossCounts) {
+        check_variants_agree(dt, op, count, 0, 0, false);
+        check_variants_agree(dt, op, count, 1, 3, false);
+        check_variants_agree(dt, op, count, 5, 2, false);
+        check_variants_agree(dt, op, count, 3, 0, true);
+      }
+    }
+  }
+}
+
+TEST_CASE("variants agree bit for bit on scale_divide for every dtype", "[unit][kernels]") {
+  const std::vector<KernelIsa> isas = available_isas();
+  for (DataType dt : kAllDtypes) {
+    for (int divisor : {2, 3, 7, -1, -8, 1000}) {
+      for (std::size_t count : kCrossCounts) {
+        std::vector<Arena> results;
+        for (KernelIsa isa : isas) {
+          results.emplace_back(dt, count, 1);
+          Arena& buf = results.back();
+          for (std::size_t i = 0; i < count; ++i) buf.set(i, input_bits(dt, i, count, 0));
+          ForcedIsa forced(isa);
+          mk::scale_divide(buf.data(), count, dt, divisor);
+        }
+        for (std::size_t v = 1; v < isas.size(); ++v) {
+          INFO(std::string(mwms::to_string(dt)) + " divisor " + std::to_string(divisor) +
+               " count " + std::to_string(count) + ": " +
+               std::string(mk::detail::to_string(isas[v])) + " vs baseline");
+          // One operand: NaN payloads are determined, so every element must match.
+          std::size_t wrong = 0;
+          for (std::size_t i = 0; i < count; ++i) wrong += results[v].get(i) != results[0].get(i);
+          CHECK(wrong == 0);
+          CHECK(results[v].damaged_guards(count) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("force_kernel_isa picks a variant and falls back to the best available",
+          "[unit][kernels]") {
+  const std::vector<KernelIsa> isas = available_isas();
+  REQUIRE(isas.front() == KernelIsa::kBaseline);
+  const KernelIsa best = isas.back();
+  CHECK(mk::detail::active_kernel_isa() == best);
+  for (KernelIsa isa : mk::detail::kAllKernelIsas) {
+    mk::detail::force_kernel_isa(isa);
+    const KernelIsa want = mk::detail::kernel_isa_available(isa) ? isa : best;
+    CHECK(mk::detail::active_kernel_isa() == want);
+  }
+  mk::detail::force_kernel_isa(std::nullopt);
+  CHECK(mk::detail::active_kernel_isa() == best);
+  CHECK(mk::detail::to_string(KernelIsa::kAvx512) == "avx512");
+  // AVX-512 implies AVX2 here (the variants form a chain).
+  if (mk::detail::kernel_isa_available(KernelIsa::kAvx512)) {
+    CHECK(mk::detail::kernel_isa_available(KernelIsa::kAvx2));
+  }
 }
