@@ -41,8 +41,9 @@ common::IoResult send_message(int fd, MessageKind kind, const std::string& json,
 common::IoResult recv_message(int fd, MessageKind* kind, std::string* json,
                               common::Deadline deadline);
 
-/// Exchanges `mine` among all MPI ranks (MPI_Allgather), initialising MPI when needed (and then
-/// finalising it again). @throws BootstrapError when built without MPI or MPI fails.
+/// Exchanges `mine` among all MPI ranks (MPI_Allgather on MPI_COMM_WORLD), acquiring MPI from its
+/// one owner (bootstrap/mpi_runtime.h: initialised when needed, finalised only at process exit).
+/// @throws BootstrapError when built without MPI; BackendError when MPI fails.
 std::vector<std::string> mpi_allgather_strings(const std::string& mine);
 
 }  // namespace mwms::bootstrap
