@@ -1,0 +1,257 @@
+#include "collective/transport/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <random>
+
+#include "mwms/errors.h"
+
+namespace mwms::collective {
+
+namespace {
+
+constexpr std::uint64_t kMagic = 0x314d4853534d574dULL;  // "MWMSSHM1" little endian
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kDoorbellOffset = 1024;
+constexpr std::size_t kMaxAddressBytes = 128;
+constexpr std::uint64_t kMaxRingBytes = 1ULL << 32;
+constexpr long long kMaxWorld = 1 << 20;
+
+// At offset 0 of every segment (Note [shm segment]).
+struct SegmentHeader {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::int32_t rank;
+  std::int32_t world_size;
+  std::int32_t pid;
+  std::uint64_t ring_bytes;
+  std::uint64_t total_bytes;
+  std::uint64_t fingerprint;
+  std::uint64_t nonce[2];
+};
+static_assert(sizeof(SegmentHeader) <= kDoorbellOffset, "header overlaps the doorbell");
+static_assert(sizeof(ByteRingControl) <= kPage, "ring control exceeds its page");
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::size_t total_bytes(int world_size, std::size_t ring_bytes) {
+  return kPage + static_cast<std::size_t>(world_size) * shm_slot_bytes(ring_bytes);
+}
+
+std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+[[noreturn]] void throw_os(const std::string& what, int err) {
+  throw BackendError("shared memory: " + what + " failed: " + errno_text(err) +
+                         " (set MWMS_SHM_DISABLE=1 to use TCP between ranks on this host)",
+                     err);
+}
+
+void random_nonce(std::uint64_t out[2]) {
+  if (::getrandom(out, 2 * sizeof(std::uint64_t), 0) == 2 * sizeof(std::uint64_t)) return;
+  std::random_device rd;
+  for (int i = 0; i < 2; ++i) {
+    out[i] = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }
+}
+
+// Parses a non-negative decimal of at most 19 digits; false for anything else.
+bool parse_decimal(const std::string& s, std::uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_hex64(const std::string& s, std::uint64_t* out) {
+  if (s.size() != 16) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<std::uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+struct Address {
+  std::uint64_t pid = 0;
+  std::uint64_t fd = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t nonce[2] = {0, 0};
+};
+
+// "pid:fd:bytes:nonce" with a 32-hex-digit nonce; the address came off the wire: bound it all.
+bool parse_address(const std::string& text, Address* a) {
+  if (text.size() > kMaxAddressBytes) return false;
+  std::string parts[4];
+  std::size_t at = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::size_t end = i < 3 ? text.find(':', at) : text.size();
+    if (end == std::string::npos) return false;
+    parts[i] = text.substr(at, end - at);
+    at = end + 1;
+  }
+  return parse_decimal(parts[0], &a->pid) && a->pid > 0 && a->pid < (1u << 30) &&
+         parse_decimal(parts[1], &a->fd) && a->fd < (1u << 30) &&
+         parse_decimal(parts[2], &a->bytes) && parts[3].size() == 32 &&
+         parse_hex64(parts[3].substr(0, 16), &a->nonce[0]) &&
+         parse_hex64(parts[3].substr(16), &a->nonce[1]);
+}
+
+}  // namespace
+
+std::size_t shm_slot_bytes(std::size_t ring_bytes) noexcept {
+  return kPage + (ring_bytes + kPage - 1) / kPage * kPage;
+}
+
+std::size_t ShmSegment::slot_offset(int sender) const noexcept {
+  return kPage + static_cast<std::size_t>(sender) * shm_slot_bytes(ring_bytes_);
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::size_t ring_bytes,
+                                               const std::string& job_fingerprint) {
+  if (ring_bytes % kPage != 0 || ring_bytes == 0 || ring_bytes > kMaxRingBytes) {
+    throw InvalidArgument("shared-memory ring size " + std::to_string(ring_bytes) +
+                          " must be a positive multiple of 4096 of at most 4 GiB");
+  }
+  std::shared_ptr<ShmSegment> s(new ShmSegment());
+  s->ring_bytes_ = ring_bytes;
+  s->world_size_ = world_size;
+  s->size_ = total_bytes(world_size, ring_bytes);
+  s->fd_ = ::memfd_create("mwms-shm", MFD_CLOEXEC);
+  if (s->fd_ < 0) throw_os("memfd_create", errno);
+  if (::ftruncate(s->fd_, static_cast<off_t>(s->size_)) != 0) {
+    throw_os("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
+  }
+  // The header page is written now: allocate it first, a full shm fails here, not with SIGBUS.
+  int rc = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(kPage));
+  if (rc != 0 && rc != EOPNOTSUPP) throw_os("allocating the header page", rc);
+  void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+  if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
+  s->base_ = static_cast<char*>(p);
+  random_nonce(s->nonce_);
+  auto* h = reinterpret_cast<SegmentHeader*>(s->base_);
+  h->version = kVersion;
+  h->rank = rank;
+  h->world_size = world_size;
+  h->pid = static_cast<std::int32_t>(::getpid());
+  h->ring_bytes = ring_bytes;
+  h->total_bytes = s->size_;
+  h->fingerprint = fnv1a(job_fingerprint);
+  h->nonce[0] = s->nonce_[0];
+  h->nonce[1] = s->nonce_[1];
+  new (s->base_ + kDoorbellOffset) Doorbell();
+  // Peers read the header only after the peer-info exchange (a TCP round trip) that follows.
+  reinterpret_cast<std::atomic<std::uint64_t>*>(&h->magic)->store(kMagic,
+                                                                  std::memory_order_release);
+  return s;
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int owner, int world_size,
+                                             const std::string& job_fingerprint) {
+  Address a;
+  if (!parse_address(address, &a)) {
+    throw BootstrapError("its shared-memory address \"" + address.substr(0, kMaxAddressBytes) +
+                         "\" is malformed (expected pid:fd:bytes:nonce)");
+  }
+  const std::string path = "/proc/" + std::to_string(a.pid) + "/fd/" + std::to_string(a.fd);
+  std::shared_ptr<ShmSegment> s(new ShmSegment());
+  s->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (s->fd_ < 0) {
+    const int err = errno;
+    throw BootstrapError("cannot open its shared-memory segment " + path + ": " + errno_text(err) +
+                         " (the process is gone, runs as another user or in another pid "
+                         "namespace; set MWMS_SHM_DISABLE=1 to use TCP between ranks on this "
+                         "host)");
+  }
+  struct stat st;
+  SegmentHeader h;
+  const bool sized = ::fstat(s->fd_, &st) == 0 && S_ISREG(st.st_mode) &&
+                     static_cast<std::uint64_t>(st.st_size) == a.bytes && a.bytes >= kPage;
+  if (!sized || ::pread(s->fd_, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h)) ||
+      h.magic != kMagic || h.nonce[0] != a.nonce[0] || h.nonce[1] != a.nonce[1]) {
+    throw BootstrapError("its shared-memory address " + path +
+                         " does not lead to its segment (a stale or recycled address: the "
+                         "nonce, magic or size does not match)");
+  }
+  if (h.version != kVersion || h.rank != owner || h.world_size != world_size ||
+      h.fingerprint != fnv1a(job_fingerprint) || h.ring_bytes == 0 || h.ring_bytes % kPage != 0 ||
+      h.ring_bytes > kMaxRingBytes || world_size > kMaxWorld || h.total_bytes != a.bytes ||
+      total_bytes(world_size, h.ring_bytes) != a.bytes) {
+    throw BootstrapError("its shared-memory segment belongs to another job or version (rank " +
+                         std::to_string(h.rank) + " of " + std::to_string(h.world_size) +
+                         ", version " + std::to_string(h.version) + ")");
+  }
+  s->size_ = static_cast<std::size_t>(a.bytes);
+  s->ring_bytes_ = static_cast<std::size_t>(h.ring_bytes);
+  s->world_size_ = world_size;
+  s->nonce_[0] = h.nonce[0];
+  s->nonce_[1] = h.nonce[1];
+  void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+  if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
+  s->base_ = static_cast<char*>(p);
+  return s;
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string ShmSegment::address() const {
+  char buf[kMaxAddressBytes];
+  std::snprintf(buf, sizeof(buf), "%d:%d:%zu:%016llx%016llx", static_cast<int>(::getpid()), fd_,
+                size_, static_cast<unsigned long long>(nonce_[0]),
+                static_cast<unsigned long long>(nonce_[1]));
+  return buf;
+}
+
+ByteRing ShmSegment::inbound(int sender) const {
+  char* slot = base_ + slot_offset(sender);
+  return ByteRing{reinterpret_cast<ByteRingControl*>(slot), slot + kPage, ring_bytes_};
+}
+
+Doorbell* ShmSegment::doorbell() const {
+  return reinterpret_cast<Doorbell*>(base_ + kDoorbellOffset);
+}
+
+void ShmSegment::reserve(const std::vector<int>& senders) {
+  std::size_t needed = senders.size() * shm_slot_bytes(ring_bytes_);
+  for (int sender : senders) {
+    int rc = ::posix_fallocate(fd_, static_cast<off_t>(slot_offset(sender)),
+                               static_cast<off_t>(shm_slot_bytes(ring_bytes_)));
+    if (rc == EOPNOTSUPP || rc == 0) continue;
+    throw BackendError("shared memory is too small: the rings need " + std::to_string(needed) +
+                           " bytes (" + std::to_string(senders.size()) + " peers x " +
+                           std::to_string(shm_slot_bytes(ring_bytes_)) +
+                           " bytes) and allocating them failed: " + errno_text(rc) +
+                           "; free memory, lower MWMS_SHM_RING_BYTES, or set "
+                           "MWMS_SHM_DISABLE=1 to use TCP between ranks on this host",
+                       rc);
+  }
+  // No construction: a fresh memfd reads as zeros, which is an empty ByteRingControl, and the
+  // sender may already be writing (it reserves the ring too, Note [shm segment]).
+}
+
+}  // namespace mwms::collective
