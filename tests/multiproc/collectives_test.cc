@@ -1,12 +1,16 @@
-// Every collective x dtype x op on 2, 3 and 4 real processes over loopback TCP, checked against a
-// reference computed here. Inputs are small integers so that sums and products are exact in every
-// dtype (bfloat16 holds integers up to 256 exactly); float16/bfloat16 means are compared to one
-// unit in the last place of the storage type, everything else for equality.
+// Every collective x dtype x op on 1..4 real processes, checked against a reference computed
+// here: the full matrix with the selector's choices over TCP, and a reduced matrix for every
+// forced all-reduce algorithm (ring, gather, rd, rhd) over each transport choice (tcp, and auto:
+// shared memory on one host). Inputs are small integers so that sums and products are exact in
+// every dtype (bfloat16 holds integers up to 256 exactly); float16/bfloat16 means are compared to
+// one unit in the last place of the storage type, everything else for equality.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <functional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -133,41 +137,82 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
                 [&](std::size_t i) { return input_value(root, i, ReduceOp::kSum); });
 }
 
-// small_message_bytes -1: the default selection (gather up to 64 KiB, ring above); 0: ring only.
-void run_everything(int world_size, bool with_chief, long long small_message_bytes) {
+// The whole matrix: every collective, dtype and op, empty to several MiB.
+void check_everything(mwms::Communicator& comm) {
+  // empty, single, fewer than ranks, prime, and one just past the default small-message threshold
+  const std::size_t counts[] = {0, 1, 7, 1009, 16411};
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (std::size_t count : counts) check_all_reduce(comm, t, op, count);
+      check_reduce_scatter(comm, t, op, 0);
+      check_reduce_scatter(comm, t, op, 1);
+      check_reduce_scatter(comm, t, op, 1013);
+    }
+    check_all_gather(comm, t, 0);
+    check_all_gather(comm, t, 1);
+    check_all_gather(comm, t, 1019);
+    for (int root = 0; root < comm.world_size(); ++root) check_broadcast(comm, t, 1021, root);
+    comm.barrier();
+  }
+  // Several MiB, not divisible by the world size: exercises chunking and the pipeline.
+  const std::size_t big = (3u << 20) + 1;
+  check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, big);
+  check_all_reduce(comm, DataType::kBFloat16, ReduceOp::kMax, big);
+  check_all_reduce(comm, DataType::kInt64, ReduceOp::kMean, big);
+  check_reduce_scatter(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3);
+  check_all_gather(comm, DataType::kFloat16, (1u << 20) + 3);
+  check_broadcast(comm, DataType::kFloat64, (1u << 20) + 5, comm.world_size() - 1);
+}
+
+// The reduced matrix for one forced algorithm: all-reduce in three dtypes and ops that cover
+// float, half and integer arithmetic, the edge counts and one message past a MiB; the other
+// collectives (ring only) once, small.
+void check_reduced(mwms::Communicator& comm) {
+  const std::size_t counts[] = {0, 1, 3, 7, 1009, 16411};
+  const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kProd};
+  for (DataType t : types) {
+    for (ReduceOp op : ops) {
+      for (std::size_t count : counts) check_all_reduce(comm, t, op, count);
+    }
+  }
+  check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 1);
+  check_all_reduce(comm, DataType::kFloat16, ReduceOp::kMin, (1u << 18) + 7);
+  check_reduce_scatter(comm, DataType::kFloat32, ReduceOp::kSum, 1013);
+  check_all_gather(comm, DataType::kInt32, 1019);
+  check_broadcast(comm, DataType::kFloat64, 1021, comm.world_size() - 1);
+  comm.barrier();
+}
+
+struct RunConfig {
+  int world_size = 2;
+  bool with_chief = false;
+  long long small_message_bytes = -1;  // -1: MWMS_SMALL_MESSAGE_BYTES (default 64 KiB)
+  mwms::TransportChoice transport = mwms::TransportChoice::kTcp;
+  std::string algorithm = "auto";  // CommunicatorOptions::algorithm
+  bool full_matrix = true;
+};
+
+void run_everything(const RunConfig& cfg) {
   mwms::testing::LaunchOptions opts;
-  opts.world_size = world_size;
-  opts.with_chief = with_chief;
+  opts.world_size = cfg.world_size;
+  opts.with_chief = cfg.with_chief;
   opts.timeout_seconds = 240;
   auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config, auto report) {
     mwms::CommunicatorOptions copts;
-    copts.small_message_bytes = small_message_bytes;
+    copts.small_message_bytes = cfg.small_message_bytes;
+    copts.transport = cfg.transport;
+    copts.algorithm = cfg.algorithm;
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
-    // empty, single, fewer than ranks, prime, and one just past the default gather threshold
-    const std::size_t counts[] = {0, 1, 7, 1009, 16411};
-    for (DataType t : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
-        for (std::size_t count : counts) check_all_reduce(*comm, t, op, count);
-        check_reduce_scatter(*comm, t, op, 0);
-        check_reduce_scatter(*comm, t, op, 1);
-        check_reduce_scatter(*comm, t, op, 1013);
-      }
-      check_all_gather(*comm, t, 0);
-      check_all_gather(*comm, t, 1);
-      check_all_gather(*comm, t, 1019);
-      for (int root = 0; root < comm->world_size(); ++root) check_broadcast(*comm, t, 1021, root);
-      comm->barrier();
+    if (cfg.full_matrix) {
+      check_everything(*comm);
+    } else {
+      check_reduced(*comm);
     }
-    // Several MiB, not divisible by the world size: exercises chunking and the pipeline.
-    const std::size_t big = (3u << 20) + 1;
-    check_all_reduce(*comm, DataType::kFloat32, ReduceOp::kSum, big);
-    check_all_reduce(*comm, DataType::kBFloat16, ReduceOp::kMax, big);
-    check_all_reduce(*comm, DataType::kInt64, ReduceOp::kMean, big);
-    check_reduce_scatter(*comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3);
-    check_all_gather(*comm, DataType::kFloat16, (1u << 20) + 3);
-    check_broadcast(*comm, DataType::kFloat64, (1u << 20) + 5, comm->world_size() - 1);
     report("seq " + std::to_string(comm->seq()));
   });
+  INFO("world size " << cfg.world_size << ", algorithm " << cfg.algorithm << ", transport "
+                     << (cfg.transport == mwms::TransportChoice::kTcp ? "tcp" : "auto"));
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) {
     REQUIRE(r.exit_code == 0);
@@ -195,19 +240,49 @@ TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[t
   }
 }
 
+TEST_CASE("ranks forcing different algorithms report a mismatch", "[tcp][fault]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 30;
+  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    mwms::CommunicatorOptions copts;
+    copts.algorithm = rank == 0 ? "ring" : "rhd";
+    copts.timeout_seconds = 10;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+    std::vector<float> v(1000, 1.0f);
+    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  });
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_ALGO"));
+  }
+}
+
 TEST_CASE("every collective dtype and op on 2 processes", "[tcp][multiproc]") {
-  run_everything(2, false, -1);
-  run_everything(2, false, 0);
+  run_everything({2, false, -1, mwms::TransportChoice::kTcp, "auto", true});
+  run_everything({2, false, 0, mwms::TransportChoice::kTcp, "auto", true});
 }
 
 TEST_CASE("every collective dtype and op on 3 processes (chief + 2 workers)", "[tcp][multiproc]") {
-  run_everything(3, true, -1);
-  run_everything(3, true, 0);
+  run_everything({3, true, -1, mwms::TransportChoice::kTcp, "auto", true});
 }
 
 TEST_CASE("every collective dtype and op on 4 processes", "[tcp][multiproc]") {
-  run_everything(4, false, -1);
-  run_everything(4, false, 0);
+  run_everything({4, false, -1, mwms::TransportChoice::kTcp, "auto", true});
+}
+
+TEST_CASE("every forced all-reduce algorithm over tcp and auto on 1..4 processes",
+          "[tcp][multiproc]") {
+  for (const char* algorithm : {"ring", "gather", "rd", "rhd"}) {
+    for (mwms::TransportChoice transport :
+         {mwms::TransportChoice::kTcp, mwms::TransportChoice::kAuto}) {
+      for (int n = 1; n <= 4; ++n) {
+        if (n == 1 && transport == mwms::TransportChoice::kAuto) continue;  // alone: no links
+        run_everything({n, n == 3, -1, transport, algorithm, false});
+      }
+    }
+  }
 }
 
 TEST_CASE("world size 1 needs no peers and keeps the values", "[tcp][unit]") {
@@ -224,28 +299,38 @@ TEST_CASE("world size 1 needs no peers and keeps the values", "[tcp][unit]") {
 }
 
 TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 3;
-  opts.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(opts, [](int, const std::string& tf_config, auto report) {
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config));
-    const std::size_t n = static_cast<std::size_t>(comm->world_size());
-    std::vector<float> big((1u << 20) * n), small(100 * n), out(1u << 20);
-    auto round = [&] {
-      comm->all_reduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kMean);  // ring
-      comm->all_reduce(small.data(), 100, DataType::kFloat16, ReduceOp::kSum);       // gather
-      comm->reduce_scatter(big.data(), out.data(), 1u << 20, DataType::kFloat32, ReduceOp::kSum);
-      comm->all_gather(out.data(), big.data(), 1u << 20, DataType::kFloat32);
-      comm->broadcast(small.data(), small.size(), DataType::kFloat32, /*root=*/1);
-      comm->barrier();
-    };
-    round();  // grows the scratch buffers and plans once
-    long before = mwms::testing::allocations();
-    for (int i = 0; i < 20; ++i) round();
-    long allocated = mwms::testing::allocations() - before;
-    report("allocations in 20 rounds: " + std::to_string(allocated));
-    if (allocated != 0) throw std::runtime_error("collectives allocated " + std::to_string(allocated));
-  });
-  INFO(mwms::testing::describe(results));
-  for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  for (const char* algorithm : {"auto", "ring", "gather", "rd", "rhd"}) {
+    mwms::testing::LaunchOptions opts;
+    opts.world_size = 3;
+    opts.timeout_seconds = 60;
+    auto results =
+        mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config, auto report) {
+          mwms::CommunicatorOptions copts;
+          copts.algorithm = algorithm;
+          auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+          const std::size_t n = static_cast<std::size_t>(comm->world_size());
+          std::vector<float> big((1u << 20) * n), small(100 * n), out(1u << 20);
+          auto round = [&] {
+            comm->all_reduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kMean);
+            comm->all_reduce(big.data(), 50000, DataType::kFloat32, ReduceOp::kSum);
+            comm->all_reduce(small.data(), 100, DataType::kFloat16, ReduceOp::kSum);
+            comm->reduce_scatter(big.data(), out.data(), 1u << 20, DataType::kFloat32,
+                                 ReduceOp::kSum);
+            comm->all_gather(out.data(), big.data(), 1u << 20, DataType::kFloat32);
+            comm->broadcast(small.data(), small.size(), DataType::kFloat32, /*root=*/1);
+            comm->barrier();
+          };
+          round();  // grows the scratch buffers and plans once
+          long before = mwms::testing::allocations();
+          for (int i = 0; i < 20; ++i) round();
+          long allocated = mwms::testing::allocations() - before;
+          report("allocations in 20 rounds: " + std::to_string(allocated));
+          if (allocated != 0) {
+            throw std::runtime_error("collectives allocated " + std::to_string(allocated));
+          }
+        });
+    INFO("algorithm " << algorithm);
+    INFO(mwms::testing::describe(results));
+    for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  }
 }

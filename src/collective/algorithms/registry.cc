@@ -9,8 +9,9 @@ void Algorithm::finish(const CollectiveCall&, Buffers, char*) const {}
 
 const std::vector<const Algorithm*>& all_algorithms() {
   static const std::vector<const Algorithm*> list = {
-      &ring_all_reduce(),   &gather_all_reduce(), &ring_reduce_scatter(),
-      &ring_all_gather(),   &ring_broadcast(),
+      &ring_all_reduce(),     &gather_all_reduce(),  &recursive_doubling_all_reduce(),
+      &rabenseifner_all_reduce(), &ring_reduce_scatter(), &ring_all_gather(),
+      &ring_broadcast(),
   };
   return list;
 }

@@ -1,0 +1,324 @@
+// Every algorithm's plan run by real PlanRunners over the in-memory transport, one thread per
+// rank (gloo's base_test idea): world sizes 1..8, every dtype and op, counts that are empty,
+// single, prime, below the world size and larger than a ring. Inputs are small integers, so every
+// reduction is exact whatever the order, and each rank's result is compared byte for byte with
+// one expected buffer (which also makes the ranks byte-identical to one another). kMean's
+// expectation is divided by the same kernel the algorithms use.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/algorithms/algorithms.h"
+#include "collective/backend/engine_backend.h"
+#include "collective/engine/plan_runner.h"
+#include "collective/selector.h"
+#include "collective/transport/mem/mem_transport.h"
+#include "kernels/reduce.h"
+#include "mwms/errors.h"
+
+namespace {
+
+using mwms::DataType;
+using mwms::ReduceOp;
+namespace mc = mwms::collective;
+
+constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                  DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
+                                ReduceOp::kProd};
+
+// Rank r's element i: in [-5, 5]; for prod in {-1, 1, 2}, so a product of 8 is a power of two
+// (exact in bfloat16, whose integers are exact only up to 256).
+double input_value(int r, std::size_t i, ReduceOp op) {
+  if (op == ReduceOp::kProd) {
+    const int v = static_cast<int>((r * 5 + i * 3) % 4);
+    return v == 0 ? -1.0 : v == 3 ? 1.0 : static_cast<double>(v);
+  }
+  return static_cast<double>((r * 7 + i * 3) % 11) - 5.0;
+}
+
+void store(DataType t, char* base, std::size_t i, double v) {
+  switch (t) {
+    case DataType::kFloat32: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: reinterpret_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat16:
+      reinterpret_cast<std::uint16_t*>(base)[i] =
+          mwms::kernels::float_to_half(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      reinterpret_cast<std::uint16_t*>(base)[i] =
+          mwms::kernels::float_to_bfloat16(static_cast<float>(v));
+      break;
+    case DataType::kInt32:
+      reinterpret_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DataType::kInt64:
+      reinterpret_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v);
+      break;
+  }
+}
+
+void fill_input(std::vector<char>& buf, int rank, std::size_t count, DataType t, ReduceOp op) {
+  buf.assign(count * mwms::dtype_size(t), 0);
+  for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(rank, i, op));
+}
+
+// The reduction over `n` ranks of elements [first, first + count), exact, stored in `t`.
+void fill_expected(std::vector<char>& buf, int n, std::size_t first, std::size_t count,
+                   DataType t, ReduceOp op) {
+  buf.assign(count * mwms::dtype_size(t), 0);
+  for (std::size_t i = 0; i < count; ++i) {
+    double acc = input_value(0, first + i, op);
+    for (int r = 1; r < n; ++r) {
+      const double v = input_value(r, first + i, op);
+      if (op == ReduceOp::kSum || op == ReduceOp::kMean) acc += v;
+      if (op == ReduceOp::kMin) acc = std::min(acc, v);
+      if (op == ReduceOp::kMax) acc = std::max(acc, v);
+      if (op == ReduceOp::kProd) acc *= v;
+    }
+    store(t, buf.data(), i, acc);
+  }
+  if (op == ReduceOp::kMean) mwms::kernels::scale_divide(buf.data(), count, t, n);
+}
+
+// One rank's side of the threaded world: a runner over its in-memory links, reusable scratch and
+// plan storage (as the engine backend keeps them), and the first mismatch it saw.
+struct RankState {
+  int rank = 0;
+  int world_size = 1;
+  mc::PlanRunner* runner = nullptr;
+  std::vector<char> scratch;
+  mc::Plan plan;
+  std::uint64_t seq = 0;
+  std::string failure;
+
+  void run(const mc::Algorithm& algo, mc::CollectiveKind kind, DataType t, ReduceOp op,
+           std::size_t count, int root, mc::Buffers b) {
+    mc::CollectiveCall call{kind, t, op, count, root, seq++, rank, world_size,
+                            static_cast<std::uint8_t>(algo.id())};
+    const std::size_t need = algo.scratch_bytes(call);
+    if (scratch.size() < need) scratch.resize(need);
+    algo.plan(call, b, scratch.data(), &plan);
+    mwms::ErrorContext ctx;
+    ctx.rank = rank;
+    ctx.seq = static_cast<std::int64_t>(call.seq);
+    runner->run(plan, t, op, world_size, /*timeout_seconds=*/60, ctx);
+    algo.finish(call, b, scratch.data());
+  }
+
+  void expect(const char* what, const mc::Algorithm& algo, DataType t, ReduceOp op,
+              std::size_t count, const char* got, const std::vector<char>& want) {
+    if (!failure.empty() || want.empty() || std::memcmp(got, want.data(), want.size()) == 0) {
+      return;
+    }
+    failure = std::string(what) + " " + std::string(algo.name()) + " world " +
+              std::to_string(world_size) + " rank " + std::to_string(rank) + " " +
+              std::string(mwms::to_string(t)) + " " + std::string(mwms::to_string(op)) +
+              " count " + std::to_string(count) + ": result differs from the exact reduction";
+  }
+};
+
+// Runs body(state) on `n` threads, one per rank, over a MemFabric with rings of `ring_bytes`.
+void run_world(int n, std::size_t ring_bytes, std::size_t chunk_bytes,
+               const std::function<void(RankState&)>& body) {
+  mc::MemFabric fabric(n, ring_bytes);
+  std::vector<std::vector<std::unique_ptr<mc::Link>>> links;
+  for (int r = 0; r < n; ++r) links.push_back(fabric.links_of(r));
+  std::vector<RankState> states(static_cast<std::size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::vector<mc::Link*> raw;
+        for (auto& l : links[static_cast<std::size_t>(r)]) raw.push_back(l.get());
+        mc::RunnerOptions ro;
+        ro.chunk_bytes = chunk_bytes;
+        ro.yield_while_spinning = true;  // more threads than cores
+        mc::PlanRunner runner(raw, nullptr, ro);
+        RankState& st = states[static_cast<std::size_t>(r)];
+        st.rank = r;
+        st.world_size = n;
+        st.runner = &runner;
+        body(st);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  for (const RankState& st : states) {
+    INFO(st.failure);
+    CHECK(st.failure.empty());
+  }
+}
+
+const mc::Algorithm* const kAllReduceAlgorithms[] = {
+    &mc::ring_all_reduce(), &mc::gather_all_reduce(), &mc::recursive_doubling_all_reduce(),
+    &mc::rabenseifner_all_reduce()};
+
+void all_reduce_matrix(RankState& st, const std::vector<std::size_t>& counts,
+                       bool every_type_and_op) {
+  std::vector<char> buf, want;
+  for (const mc::Algorithm* algo : kAllReduceAlgorithms) {
+    for (std::size_t count : counts) {
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          if (!every_type_and_op && t != DataType::kFloat32 && t != DataType::kBFloat16) continue;
+          fill_input(buf, st.rank, count, t, op);
+          fill_expected(want, st.world_size, 0, count, t, op);
+          st.run(*algo, mc::CollectiveKind::kAllReduce, t, op, count, -1, {buf.data(), buf.data()});
+          st.expect("all_reduce", *algo, t, op, count, buf.data(), want);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every all-reduce algorithm, dtype and op on 1..8 threaded ranks", "[unit]") {
+  for (int n = 1; n <= 8; ++n) {
+    INFO("world size " << n);
+    const std::vector<std::size_t> counts = {0, 1, 7, 1000, 65537,
+                                             static_cast<std::size_t>(n - 1)};
+    run_world(n, 1 << 20, 4096, [&](RankState& st) { all_reduce_matrix(st, counts, true); });
+  }
+}
+
+TEST_CASE("all-reduce algorithms through rings smaller than a message", "[unit]") {
+  // 4 KiB rings: messages wrap around the ring and the sender waits for space (back-pressure).
+  for (int n : {2, 3, 5, 8}) {
+    INFO("world size " << n);
+    run_world(n, 4096, 4096,
+              [&](RankState& st) { all_reduce_matrix(st, {1, 1000, 65537}, false); });
+  }
+}
+
+TEST_CASE("ring reduce-scatter, all-gather and broadcast on 2..8 threaded ranks", "[unit]") {
+  for (int n = 2; n <= 8; ++n) {
+    INFO("world size " << n);
+    run_world(n, 1 << 16, 4096, [&](RankState& st) {
+      std::vector<char> send, recv, want;
+      for (std::size_t block : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
+                                std::size_t{20011}}) {
+        const std::size_t total = block * static_cast<std::size_t>(n);
+        for (DataType t : kAllTypes) {
+          const std::size_t esize = mwms::dtype_size(t);
+          for (ReduceOp op : kAllOps) {
+            fill_input(send, st.rank, total, t, op);
+            recv.assign(block * esize + 1, 0);
+            st.run(mc::ring_reduce_scatter(), mc::CollectiveKind::kReduceScatter, t, op, total,
+                   -1, {send.data(), recv.data()});
+            fill_expected(want, n, block * static_cast<std::size_t>(st.rank), block, t, op);
+            st.expect("reduce_scatter", mc::ring_reduce_scatter(), t, op, block,
+                      recv.data(), want);
+          }
+          // All-gather: block b of the result is rank b's input; this rank's block is in place.
+          want.assign(total * esize, 0);
+          for (int b = 0; b < n; ++b) {
+            for (std::size_t i = 0; i < block; ++i) {
+              store(t, want.data() + b * block * esize, i, input_value(b, i, ReduceOp::kSum));
+            }
+          }
+          recv.assign(total * esize, 0);
+          char* own = recv.data() + static_cast<std::size_t>(st.rank) * block * esize;
+          if (block > 0) std::memcpy(own, want.data() + (own - recv.data()), block * esize);
+          st.run(mc::ring_all_gather(), mc::CollectiveKind::kAllGather, t, ReduceOp::kSum, total,
+                 -1, {own, recv.data()});
+          st.expect("all_gather", mc::ring_all_gather(), t, ReduceOp::kSum, total,
+                    recv.data(), want);
+          for (int root = 0; root < n; ++root) {
+            fill_input(recv, st.rank, total, t, ReduceOp::kSum);
+            fill_input(want, root, total, t, ReduceOp::kSum);
+            st.run(mc::ring_broadcast(), mc::CollectiveKind::kBroadcast, t, ReduceOp::kSum, total,
+                   root, {recv.data(), recv.data()});
+            st.expect("broadcast", mc::ring_broadcast(), t, ReduceOp::kSum, total,
+                      recv.data(), want);
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("forcing an algorithm that does not apply is an InvalidArgument", "[unit]") {
+  mc::SelectionInput in;
+  in.kind = mc::CollectiveKind::kAllReduce;
+  in.topology.world_size = 4;
+  mc::SelectorOptions opts;
+
+  SECTION("an unknown name lists the choices") {
+    opts.forced = "tree";
+    in.bytes = 1024;
+    REQUIRE_THROWS_AS(mc::select_algorithm(in, opts), mwms::InvalidArgument);
+    REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
+                        Catch::Matchers::Contains("names no algorithm") &&
+                            Catch::Matchers::Contains("rd") && Catch::Matchers::Contains("rhd"));
+  }
+  SECTION("recursive doubling beyond its size limit says why") {
+    opts.forced = "rd";
+    in.bytes = (std::size_t{64} << 20) + 4;
+    REQUIRE_THROWS_AS(mc::select_algorithm(in, opts), mwms::InvalidArgument);
+    REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
+                        Catch::Matchers::Contains("rd does not apply") &&
+                            Catch::Matchers::Contains("64 MiB"));
+    in.bytes = std::size_t{64} << 20;
+    REQUIRE(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  }
+  SECTION("through the engine backend, before anything is sent") {
+    mc::MemFabric fabric(2, 4096);
+    auto links = fabric.links_of(0);
+    auto other = fabric.links_of(1);
+    mc::EngineOptions eo;
+    eo.selector.forced = "rd";
+    eo.topology.world_size = 2;
+    mc::EngineBackend engine(0, std::move(links), nullptr, eo);
+    const std::size_t count = (std::size_t{64} << 20) / 4 + 1;
+    std::vector<float> big(count, 1.0f);
+    mc::CollectiveArgs args;
+    args.call = {mc::CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, count, -1,
+                 0, 0, 2, 0};
+    args.buffers = {reinterpret_cast<const char*>(big.data()),
+                    reinterpret_cast<char*>(big.data())};
+    REQUIRE_THROWS_AS(engine.run(args, mwms::ErrorContext{}), mwms::InvalidArgument);
+  }
+}
+
+TEST_CASE("the selector's choice is explained and the same for equal inputs", "[unit]") {
+  mc::SelectorOptions opts;
+  for (int n : {2, 3, 4, 5, 8, 16}) {
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{4}, std::size_t{4096},
+                              std::size_t{65536}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+      for (bool shm : {false, true}) {
+        mc::SelectionInput in;
+        in.bytes = bytes;
+        in.topology.world_size = n;
+        in.topology.max_ranks_per_host = n;
+        in.topology.all_shm = shm;
+        in.topology.any_tcp = !shm;
+        mc::Selection a = mc::select_algorithm(in, opts);
+        mc::Selection b = mc::select_algorithm(in, opts);
+        REQUIRE(a.algorithm != nullptr);
+        REQUIRE(a.algorithm == b.algorithm);
+        REQUIRE(std::strlen(a.reason) > 0);
+        REQUIRE(a.algorithm->supports(in, nullptr));
+      }
+    }
+  }
+  // Collectives with one algorithm get the ring whatever is forced for all-reduce.
+  mc::SelectionInput rs;
+  rs.kind = mc::CollectiveKind::kReduceScatter;
+  rs.topology.world_size = 4;
+  opts.forced = "rhd";
+  REQUIRE(mc::select_algorithm(rs, opts).algorithm == &mc::ring_reduce_scatter());
+}
