@@ -35,6 +35,13 @@ int launcher_rank() {
   return 0;
 }
 
+// MALLOC_MMAP_MAX_=0 in this process's environment: glibc serves large blocks from the heap and,
+// with MALLOC_TRIM_THRESHOLD_ too, keeps them after free (see print_mpi_banner).
+bool malloc_keeps_freed() {
+  const char* value = std::getenv("MALLOC_MMAP_MAX_");
+  return value != nullptr && std::strcmp(value, "0") == 0;
+}
+
 // Page-aligned and touched once at allocation: a fresh page costs ~11 us on first touch (see
 // DESIGN.md), which must not land inside a timed iteration.
 class TouchedBuffer {
@@ -85,10 +92,9 @@ class Sweep {
       bytes = next;
     }
     if (leader) {
-      print_table_footer(std::cout, rows);
-      if (!options_.json_path.empty()) {
-        write_json(options_.json_path, rows, collective_.name, comm_.world_size(), options_.backend);
-      }
+      const Summary summary = summarize(rows);
+      print_table_footer(std::cout, summary);
+      if (!options_.json_path.empty()) write_json(options_.json_path, rows, run_info(), summary);
     }
     for (const auto& row : rows) {
       if (row.wrong > 0) return 1;
@@ -161,19 +167,37 @@ class Sweep {
     return row;
   }
 
+  RunInfo run_info() const {
+    RunInfo info;
+    info.collective = collective_.name;
+    info.ranks = comm_.world_size();
+    info.backend = requested_backend(options_);
+    info.describe = comm_.describe();
+    info.iters = options_.iters;
+    info.warmup_iters = options_.warmup_iters;
+    if (options_.compare_mpi) {
+      info.mpi_library = mpi::library_version();
+      info.malloc_keeps_freed = malloc_keeps_freed();
+    }
+    return info;
+  }
+
   void print_banner() const {
     const ResolvedCluster& cluster = comm_.cluster();
     std::cout << "# " << collective_.name << "_perf: libmwms " << MWMS_VERSION_STRING << "\n"
               << "# minBytes " << options_.min_bytes << " maxBytes " << options_.max_bytes
               << " step: " << options_.step_factor << "(factor) warmup iters: "
               << options_.warmup_iters << " iters: " << options_.iters
-              << " validation: " << options_.check << " backend: " << options_.backend
+              << " validation: " << options_.check << " backend: " << requested_backend(options_)
               << " compare: " << (options_.compare_mpi ? "mpi" : "none");
     if (collective_.uses_root) std::cout << " root: " << options_.root;
     std::cout << "\n"
               << "# time: median iteration time of each rank, max over ranks; algbw = size / time;"
               << " busbw = algbw * " << collective_.busbw_factor(comm_.world_size()) << "\n#\n"
-              << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
+              << "# Backend: " << requested_backend(options_) << " requested; used: "
+              << comm_.describe() << "\n";
+    if (options_.compare_mpi) print_mpi_banner();
+    std::cout << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
     for (int r = 0; r < comm_.world_size(); ++r) {
       std::cout << "#  Rank " << r << " " << cluster.task_name_of_rank(r);
       if (static_cast<std::size_t>(r) < cluster.ring.size()) std::cout << " " << cluster.ring[r];
@@ -181,6 +205,18 @@ class Sweep {
     }
     std::cout << "#\n";
     print_table_header(std::cout, options_.compare_mpi);
+  }
+
+  // Which MPI, and whether it runs at its best: Open MPI's MPI_Allreduce mallocs a message-sized
+  // temporary per call, and glibc gives large freed blocks back to the kernel, so without the two
+  // variables every call first-touches fresh pages (~11 us per 4 KiB here) inside the timing.
+  static void print_mpi_banner() {
+    std::cout << "# MPI: " << mpi::library_version() << "\n"
+              << "# MPI at its best: mpirun -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=-1 ..."
+              << " (glibc keeps freed memory: MPI_Allreduce mallocs a message-sized temporary per"
+              << " call and first-touching fresh pages costs ~11 us per 4 KiB here)\n"
+              << "# glibc keeps freed memory in this run: "
+              << (malloc_keeps_freed() ? "yes" : "no (MALLOC_MMAP_MAX_ is not 0)") << "\n";
   }
 
   const CollectiveDescriptor& collective_;
@@ -212,7 +248,8 @@ void check_compare_mpi(const CollectiveDescriptor& collective, const BenchOption
 
 int run_with_communicator(const CollectiveDescriptor& collective, const BenchOptions& options) {
   CommunicatorOptions comm_options;
-  comm_options.implementation = Implementation::kRing;  // --backend tcp, the only one today
+  comm_options.implementation = Implementation::kAuto;  // what users get by default
+  comm_options.transport = transport_choice(options);   // kFromEnvironment without --backend
   std::unique_ptr<Communicator> comm =
       Communicator::create(resolve_from_environment(), comm_options);
   if (options.compare_mpi && mpi::world_size() != comm->world_size()) {
@@ -257,7 +294,7 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
   try {
     check_compare_mpi(collective, *options);
     // MPI first, so that libmwms finds it initialised and bootstraps through it.
-    if (under_mpirun && mpi::built_with_mpi()) mpi::init();
+    if (under_mpirun && mpi::built_with_mpi()) mpi::init(requested_backend(*options) == "mpi");
     status = run_with_communicator(collective, *options);
   } catch (const std::exception& e) {
     // One write, so that lines from several ranks do not interleave.

@@ -57,14 +57,16 @@ MPI_Op to_mpi(ReduceOp op) {
 
 bool built_with_mpi() { return true; }
 
-void init() {
+void init(bool thread_multiple) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
     // SERIALIZED: libmwms may bootstrap through MPI from another thread than main, never
-    // concurrently with our MPI_Allreduce calls.
+    // concurrently with our MPI_Allreduce calls -- unless its links are MPI's too (multiple).
     int provided = 0;
-    throw_if_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+    throw_if_mpi(MPI_Init_thread(nullptr, nullptr,
+                                 thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED,
+                                 &provided),
                  "MPI_Init_thread");
     g_initialised_here = true;
   }
@@ -93,6 +95,17 @@ void finalize() noexcept {
 void abort_job(int status) noexcept {
   if (g_active) MPI_Abort(MPI_COMM_WORLD, status);
   std::exit(status);
+}
+
+std::string library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return {};
+  std::string version(text, static_cast<std::size_t>(length));
+  const std::size_t end = version.find_first_of("\r\n");
+  if (end != std::string::npos) version.resize(end);
+  while (!version.empty() && (version.back() == ' ' || version.back() == '\0')) version.pop_back();
+  return version;
 }
 
 std::string unsupported_reason(DataType dtype, ReduceOp op) {

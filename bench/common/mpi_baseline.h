@@ -15,9 +15,11 @@ namespace mwms::bench::mpi {
 /// True when the bench was built with MPI.
 bool built_with_mpi();
 /// Initialises MPI unless something already did. Call before libmwms bootstraps, so that the
-/// library finds MPI initialised and leaves its life-cycle to us.
+/// library finds MPI initialised and leaves its life-cycle to us. `thread_multiple`: ask for
+/// MPI_THREAD_MULTIPLE (the mpi transport's progress thread may call MPI while the bench times
+/// MPI_Allreduce); otherwise MPI_THREAD_SERIALIZED, which keeps Open MPI's own timing lock-free.
 /// @throws mwms::BackendError when MPI is not built in or MPI_Init fails.
-void init();
+void init(bool thread_multiple);
 /// True between a successful init() and finalize().
 bool active();
 /// MPI_COMM_WORLD size (0 when not active).
@@ -26,6 +28,9 @@ int world_size();
 void finalize() noexcept;
 /// Kills every rank of the job (after an error on one rank, so the others do not wait forever).
 [[noreturn]] void abort_job(int status) noexcept;
+
+/// First line of MPI_Get_library_version ("Open MPI v4.1.4, package: ..."); empty without MPI.
+std::string library_version();
 
 /// Empty when MPI can run `dtype`/`op`, otherwise why not (MPI has no float16 type).
 std::string unsupported_reason(DataType dtype, ReduceOp op);

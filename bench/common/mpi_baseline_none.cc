@@ -12,11 +12,12 @@ const char* const kNoMpi = "this build has no MPI (configured with MWMS_WITH_MPI
 }  // namespace
 
 bool built_with_mpi() { return false; }
-void init() { throw BackendError(kNoMpi, 0); }
+void init(bool) { throw BackendError(kNoMpi, 0); }
 bool active() { return false; }
 int world_size() { return 0; }
 void finalize() noexcept {}
 void abort_job(int status) noexcept { std::exit(status); }
+std::string library_version() { return {}; }
 std::string unsupported_reason(DataType, ReduceOp) { return kNoMpi; }
 void all_reduce(void*, std::size_t, DataType, ReduceOp) { throw BackendError(kNoMpi, 0); }
 void all_gather(void*, std::size_t, DataType) { throw BackendError(kNoMpi, 0); }

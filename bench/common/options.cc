@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -44,6 +45,20 @@ std::size_t next_size(std::size_t bytes, double factor) {
   return static_cast<std::size_t>(next);
 }
 
+TransportChoice transport_choice(const BenchOptions& options) {
+  if (options.backend == "auto") return TransportChoice::kAuto;
+  if (options.backend == "tcp") return TransportChoice::kTcp;
+  if (options.backend == "shm") return TransportChoice::kShm;
+  if (options.backend == "mpi") return TransportChoice::kMpi;
+  return TransportChoice::kFromEnvironment;  // flag absent (CLI11 refuses any other value)
+}
+
+std::string requested_backend(const BenchOptions& options) {
+  if (!options.backend.empty()) return options.backend;
+  const char* env = std::getenv("MWMS_TRANSPORT");
+  return env != nullptr && *env != '\0' ? std::string(env) : "auto";
+}
+
 namespace {
 
 void validate(const BenchOptions& o) {
@@ -55,9 +70,6 @@ void validate(const BenchOptions& o) {
   if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
   if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
   if (o.root < 0) throw InvalidArgument("--root must be >= 0");
-  if (o.backend != "tcp") {
-    throw InvalidArgument("--backend " + o.backend + " is not available (only tcp exists)");
-  }
 }
 
 }  // namespace
@@ -81,7 +93,10 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
   app.add_option("-d,--datatype,--dtype", dtype,
                  "float32|float64|float16|bfloat16|int32|int64")->capture_default_str();
   app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
-  app.add_option("--backend,--transport", o.backend, "Transport (tcp)")->capture_default_str();
+  app.add_option("--backend,--transport", o.backend,
+                 "Transport of libmwms's links: auto (the default users get: shared memory on one "
+                 "host, TCP between hosts), tcp, shm or mpi; absent: MWMS_TRANSPORT")
+      ->check(CLI::IsMember({"auto", "tcp", "shm", "mpi"}));
   app.add_option("--compare", compare, "Also time this implementation (mpi)")
       ->check(CLI::IsMember({"mpi", "none"}));
   app.add_option("--json", o.json_path, "Write the rows as a JSON array to this file");

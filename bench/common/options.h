@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "mwms/options.h"
 #include "mwms/types.h"
 
 namespace mwms::bench {
@@ -20,7 +21,9 @@ struct BenchOptions {
   int check = 1;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  std::string backend = "tcp";
+  /// --backend as given: auto, tcp, shm or mpi; empty when the flag is absent (then the library
+  /// reads MWMS_TRANSPORT, default auto, exactly as for any user program).
+  std::string backend;
   bool compare_mpi = false;
   std::string json_path;  ///< empty: no JSON file
   int root = 0;           ///< -r/--root, rooted collectives only; checked against the world size later
@@ -32,6 +35,13 @@ struct BenchOptions {
 /// `with_root` adds -r/--root (broadcast); other tools do not accept it.
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
                                           bool print, int* exit_status, bool with_root = false);
+
+/// The CommunicatorOptions::transport for --backend: kFromEnvironment when the flag is absent.
+TransportChoice transport_choice(const BenchOptions& options);
+
+/// The backend the run asked for, for the banner and the JSON: the flag, else MWMS_TRANSPORT if
+/// set, else "auto".
+std::string requested_backend(const BenchOptions& options);
 
 /// "8", "64K", "64M", "1G" (binary multiples, case-insensitive, optional trailing B).
 /// @throws mwms::InvalidArgument on anything else.

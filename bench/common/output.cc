@@ -75,39 +75,60 @@ void print_table_row(std::ostream& out, const ResultRow& row) {
   out << std::defaultfloat << "\n" << std::flush;
 }
 
-void print_table_footer(std::ostream& out, const std::vector<ResultRow>& rows) {
-  std::int64_t wrong = 0;
+Summary summarize(const std::vector<ResultRow>& rows) {
+  Summary s;
   std::vector<double> busbw, mpi_busbw, ratios;
   for (const auto& row : rows) {
-    if (row.wrong > 0) wrong += row.wrong;
+    if (row.wrong > 0) s.out_of_bounds += row.wrong;
     busbw.push_back(row.busbw);
     if (row.has_mpi) {
       mpi_busbw.push_back(row.mpi_busbw);
       ratios.push_back(ratio(row));
     }
   }
-  out << "# Out of bounds values : " << wrong << (wrong == 0 ? " OK" : " FAILED") << "\n";
-  out << std::fixed << std::setprecision(3);
-  out << "# Avg bus bandwidth    : " << mean(busbw) << "\n";
-  if (!mpi_busbw.empty()) {
-    out << "# Avg MPI bus bandwidth: " << mean(mpi_busbw) << "\n";
-    out << "# Median busbw ratio   : " << median(ratios) << " (libmwms / MPI)\n";
-  }
-  out << "#\n" << std::defaultfloat << std::flush;
+  s.avg_busbw = mean(busbw);
+  s.has_mpi = !mpi_busbw.empty();
+  s.avg_mpi_busbw = mean(mpi_busbw);
+  s.median_ratio = median(ratios);
+  return s;
 }
 
-void write_json(const std::string& path, const std::vector<ResultRow>& rows,
-                const std::string& collective, int ranks, const std::string& backend) {
+namespace {
+
+// nccl-tests' "# %-20s : " label.
+std::ostream& label(std::ostream& out, const char* name) {
+  return out << "# " << std::left << std::setw(20) << name << std::right << " : ";
+}
+
+}  // namespace
+
+void print_table_footer(std::ostream& out, const Summary& s) {
+  // nccl-tests' lines (their common.cu: "%d %s", then "%g " with its trailing space), so that
+  // scripts that grep or awk their output read ours. defaultfloat with precision 6 is %g.
+  out << std::defaultfloat << std::setprecision(6);
+  label(out, "Out of bounds values") << s.out_of_bounds << (s.out_of_bounds == 0 ? " OK" : " FAILED")
+                                     << "\n";
+  label(out, "Avg bus bandwidth") << s.avg_busbw << " \n";
+  if (s.has_mpi) {
+    label(out, "Avg MPI bus bandwidth") << s.avg_mpi_busbw << " \n";
+    label(out, "Median busbw ratio") << s.median_ratio << " (libmwms / MPI)\n";
+  }
+  out << "#\n" << std::flush;
+}
+
+void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
+                const Summary& summary) {
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   for (const auto& row : rows) {
     nlohmann::ordered_json o;
-    o["collective"] = collective;
+    o["record"] = "row";
+    o["collective"] = info.collective;
     o["size"] = row.bytes;
     o["count"] = row.count;
     o["type"] = row.type;
     o["redop"] = row.redop;
-    o["ranks"] = ranks;
-    o["backend"] = backend;
+    o["ranks"] = info.ranks;
+    o["backend"] = info.backend;
     o["time_us"] = row.time_us;
     o["algbw"] = row.algbw;
     o["busbw"] = row.busbw;
@@ -119,6 +140,25 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows,
     }
     array.push_back(std::move(o));
   }
+  nlohmann::ordered_json s;
+  s["record"] = "summary";
+  s["collective"] = info.collective;
+  s["ranks"] = info.ranks;
+  s["backend"] = info.backend;
+  s["describe"] = info.describe;
+  s["iters"] = info.iters;
+  s["warmup_iters"] = info.warmup_iters;
+  s["rows"] = rows.size();
+  s["out_of_bounds"] = summary.out_of_bounds;
+  s["ok"] = summary.out_of_bounds == 0;
+  s["avg_busbw"] = summary.avg_busbw;
+  if (summary.has_mpi) {
+    s["avg_mpi_busbw"] = summary.avg_mpi_busbw;
+    s["median_ratio"] = summary.median_ratio;
+    s["mpi_library"] = info.mpi_library;
+    s["malloc_keeps_freed"] = info.malloc_keeps_freed;
+  }
+  array.push_back(std::move(s));
   std::ofstream file(path);
   if (file) file << array.dump(2) << "\n";
   if (!file) {

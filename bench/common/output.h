@@ -1,6 +1,6 @@
 // What the bench prints: the nccl-tests table for people (header lines start with '#', one row
 // per size, a footer with the out-of-bounds count and the average bus bandwidth) and a JSON array
-// for machines. Only rank 0 calls these.
+// for machines (the rows, then a summary record). Only rank 0 calls these.
 #pragma once
 
 #include <cstddef>
@@ -29,17 +29,44 @@ struct ResultRow {
 /// ours busbw / mpi busbw (0 when MPI's is 0).
 double ratio(const ResultRow& row);
 
+/// The footer's numbers, computed once for the table and the JSON summary record.
+struct Summary {
+  std::int64_t out_of_bounds = 0;  ///< wrong elements over all checked rows
+  double avg_busbw = 0;            ///< mean busbw over the rows (nccl-tests' "Avg bus bandwidth")
+  bool has_mpi = false;            ///< --compare mpi: the two values below are set
+  double avg_mpi_busbw = 0;
+  double median_ratio = 0;         ///< median over rows of busbw / mpi busbw
+};
+
+/// Summarises the rows of one sweep.
+Summary summarize(const std::vector<ResultRow>& rows);
+
+/// What the JSON summary record says about the run besides the Summary.
+struct RunInfo {
+  std::string collective;  ///< "all_reduce", ...
+  int ranks = 0;
+  std::string backend;     ///< requested: auto, tcp, shm, mpi (the flag or MWMS_TRANSPORT)
+  std::string describe;    ///< Communicator::describe(): the links actually used
+  int iters = 0;
+  int warmup_iters = 0;
+  std::string mpi_library;  ///< --compare mpi: MPI_Get_library_version's first line, else empty
+  bool malloc_keeps_freed = false;  ///< MALLOC_MMAP_MAX_=0 was set (Open MPI at its best)
+};
+
 /// The column header lines ("#  size  count ..." and the units line).
 void print_table_header(std::ostream& out, bool with_mpi);
 /// One row in the header's column layout.
 void print_table_row(std::ostream& out, const ResultRow& row);
-/// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth : X" (plus the MPI averages).
-void print_table_footer(std::ostream& out, const std::vector<ResultRow>& rows);
+/// nccl-tests' footer, formatted as they do ("# %-20s : %d %s", "# %-20s : %g"):
+/// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X", then with MPI its
+/// average and the median ratio, then "#".
+void print_table_footer(std::ostream& out, const Summary& summary);
 
-/// Writes `rows` as a JSON array to `path`, one object per row with the keys collective, size,
-/// count, type, redop, ranks, backend, time_us, algbw, busbw, wrong (null when not checked) and,
-/// for --compare mpi, mpi_time_us, mpi_busbw, ratio. @throws mwms::BackendError if unwritable.
-void write_json(const std::string& path, const std::vector<ResultRow>& rows,
-                const std::string& collective, int ranks, const std::string& backend);
+/// Writes `rows` as a JSON array to `path`: one object per row ("record": "row", then the keys
+/// collective, size, count, type, redop, ranks, backend, time_us, algbw, busbw, wrong (null when
+/// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio), then one summary object
+/// ("record": "summary": the RunInfo and the Summary). @throws mwms::BackendError if unwritable.
+void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
+                const Summary& summary);
 
 }  // namespace mwms::bench

@@ -18,7 +18,9 @@ run_ok() {  # run_ok ARGS...: must exit 0 with a clean footer
   local log="$work/$name.log"
   timeout 300 mpirun --oversubscribe -np "$np" "$perf" "$@" > "$log" 2>&1 ||
     { echo "FAIL: $tool $*"; cat "$log"; exit 1; }
-  grep -q "Out of bounds values : 0 OK" "$log" || { echo "FAIL footer: $tool $*"; cat "$log"; exit 1; }
+  grep -q "^# Out of bounds values : 0 OK$" "$log" || { echo "FAIL footer: $tool $*"; cat "$log"; exit 1; }
+  grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+ $" "$log" ||
+    { echo "FAIL: no Avg bus bandwidth line: $tool $*"; cat "$log"; exit 1; }
   echo "ok $tool $*"
 }
 run_refused() {  # run_refused PATTERN ARGS...: must exit non-zero, saying PATTERN
@@ -39,16 +41,21 @@ case $name in
   *) echo "unknown tool $tool"; exit 2 ;;
 esac
 
-# 1. --compare mpi and --json, 8 B .. 1 MiB.
+# 1. --backend tcp, --compare mpi and --json, 8 B .. 1 MiB.
 json="$work/$name.json"
-run_ok -b 8 -e 1M -f 4 -n 3 -w 1 "${extra[@]}" --compare mpi --json "$json"
-rows=$(grep -c '"collective"' "$json")
+run_ok -b 8 -e 1M -f 4 -n 3 -w 1 "${extra[@]}" --backend tcp --compare mpi --json "$json"
+grep -q "^# Backend: tcp requested; used: engine backend, links: 2 tcp" "$work/$name.log" ||
+  { echo "FAIL: banner does not name the tcp links"; cat "$work/$name.log"; exit 1; }
+rows=$(grep -c '"record": "row"' "$json")
 [ "$rows" -ge 9 ] || { echo "FAIL: $rows JSON rows"; cat "$json"; exit 1; }
 grep -q "\"collective\": \"$name\"" "$json" || { echo "FAIL: collective name"; cat "$json"; exit 1; }
 for key in size count type redop ranks backend time_us algbw busbw wrong mpi_time_us mpi_busbw ratio; do
   grep -q "\"$key\"" "$json" || { echo "FAIL: JSON key $key missing"; exit 1; }
 done
 if grep -Eq '"wrong": *([1-9]|null)' "$json"; then echo "FAIL: wrong results"; exit 1; fi
+for key in '"record": "summary"' '"out_of_bounds": 0' '"avg_busbw"' '"median_ratio"'; do
+  grep -q "$key" "$json" || { echo "FAIL: JSON summary lacks $key"; cat "$json"; exit 1; }
+done
 # size = count * 4 (float32) on every row; for the blocked collectives count is a multiple of n.
 sizes=$(grep -Eo '"size": *[0-9]+' "$json" | grep -Eo '[0-9]+$')
 counts=$(grep -Eo '"count": *[0-9]+' "$json" | grep -Eo '[0-9]+$')
