@@ -1,15 +1,10 @@
 /// @file options.h
 /// Options structs (never positional booleans). Strategy-level names follow
-/// Which transport carries the engine's data between two ranks (the bench's --backend).
-/// kAuto: shared memory between ranks on one host, TCP between hosts. kTcp: TCP everywhere. kShm:
-/// shared memory everywhere (every rank must be on one host). kMpi: MPI point-to-point messages
-/// (MPI_Isend/MPI_Irecv) under `mpirun`, our algorithms on top. Every rank must choose alike.
-enum class TransportChoice { kAuto, kTcp, kShm, kMpi, kFromEnvironment };
-
 /// tf.distribute.experimental.CommunicationOptions.
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "mwms/api.h"
 
@@ -47,11 +42,18 @@ struct MWMS_API CommunicatorOptions {
   double connect_timeout_seconds = 0;
   /// Pipeline chunk of the ring algorithms, in bytes; 0 uses MWMS_CHUNK_BYTES (default 256 KiB).
   std::size_t chunk_bytes = 0;
-  /// All-reduces of at most this many bytes use the latency-optimal gather variant (n-1 steps
-  /// instead of the ring's 2(n-1)); larger ones use the ring. -1 reads MWMS_SMALL_MESSAGE_BYTES
-  /// (default 65536); 0 sends everything but empty buffers through the ring. Every rank must use
-  /// the same value (a disagreement raises CollectiveMismatchError).
+  /// All-reduces of at most this many bytes use the latency-optimal algorithm (recursive
+  /// doubling: log2(n) steps); larger ones use Rabenseifner's algorithm or the ring (see
+  /// docs/algorithms.md). -1 reads MWMS_SMALL_MESSAGE_BYTES (default 65536); 0 keeps everything
+  /// but empty buffers on the bandwidth algorithms. Every rank must use the same value (a
+  /// disagreement raises CollectiveMismatchError).
   long long small_message_bytes = -1;
+  /// Forces one algorithm for every collective that has an algorithm of that name: "ring",
+  /// "gather", "rd" (recursive doubling) or "rhd" (Rabenseifner); "auto" lets the selector choose.
+  /// Empty (the default) reads MWMS_ALGO. An unknown name, or an algorithm that does not apply to
+  /// a call, raises InvalidArgument. Every rank must use the same value (a disagreement raises
+  /// CollectiveMismatchError).
+  std::string algorithm;
   /// Implementation; kAuto and kRing both select the engine (our algorithms) today.
   Implementation implementation = Implementation::kAuto;
   /// Transport of the engine's links; kFromEnvironment reads MWMS_TRANSPORT (default auto).

@@ -4,6 +4,7 @@
 // control plane, then the engine backend over those links.
 #include "mwms/communicator.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -114,6 +115,7 @@ class FrontEnd final : public Communicator {
     if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
     std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
+    poisoned_flag_.store(true, std::memory_order_release);
   }
 
  private:
@@ -191,7 +193,7 @@ class FrontEnd final : public Communicator {
   // communicator and tells every peer.
   void execute(const CollectiveArgs& a) {
     const char* name = kind_name(a.call.kind);
-    {
+    if (poisoned_flag_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(poison_mutex_);
       if (!poisoned_.empty()) {
         throw InvalidUsage("communicator is unusable after an earlier failure; rebuild it "
@@ -201,7 +203,12 @@ class FrontEnd final : public Communicator {
     }
     if (!backend_) return;  // world of one: nothing to move (the backend handles size 1 too)
     if (a.call.kind == CollectiveKind::kBarrier) barrier_token_ = 1;
-    ErrorContext ctx = context(name, a.call.seq);
+    // One collective runs at a time: its context lives in the front end and is filled in place
+    // (a small collective must not pay for building strings it only needs when it fails).
+    ErrorContext& ctx = call_ctx_;
+    if (ctx.rank < 0) ctx = context(name, a.call.seq);
+    ctx.op = name;
+    ctx.seq = static_cast<std::int64_t>(a.call.seq);
     ctx.bytes = static_cast<std::int64_t>(a.call.count * dtype_size(a.call.dtype));
     try {
       backend_->run(a, ctx);
@@ -209,6 +216,7 @@ class FrontEnd final : public Communicator {
       {
         std::lock_guard<std::mutex> lock(poison_mutex_);
         poisoned_ = e.what();
+        poisoned_flag_.store(true, std::memory_order_release);
       }
       int failed = e.context().peer_rank >= 0 ? e.context().peer_rank : rank();
       AbortCause cause = AbortCause::kPeer;
@@ -227,12 +235,8 @@ class FrontEnd final : public Communicator {
   }
 
   void run_now(const CollectiveArgs& a) {
-    bool queued;
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      queued = !queue_.empty() || busy_;
-    }
-    if (!queued) {
+    // Only the calling thread enqueues, so "nothing outstanding" cannot change under us.
+    if (outstanding_.load(std::memory_order_acquire) == 0) {
       execute(a);  // the common case: no asynchronous work outstanding, no thread hop
       return;
     }
@@ -244,6 +248,7 @@ class FrontEnd final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       queue_.push_back(Pending{a, work});
+      outstanding_.fetch_add(1, std::memory_order_acq_rel);
       if (!progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
     }
     queue_cv_.notify_one();
@@ -272,6 +277,7 @@ class FrontEnd final : public Communicator {
         std::lock_guard<std::mutex> lock(queue_mutex_);
         busy_ = false;
       }
+      outstanding_.fetch_sub(1, std::memory_order_acq_rel);
       p.work->complete(error);
     }
   }
@@ -281,8 +287,11 @@ class FrontEnd final : public Communicator {
   double timeout_;
   std::uint64_t seq_ = 0;
   std::int32_t barrier_token_ = 1;
+  ErrorContext call_ctx_;  // of the collective running now
   std::mutex poison_mutex_;
   std::string poisoned_;
+  std::atomic<bool> poisoned_flag_{false};
+  std::atomic<int> outstanding_{0};  // asynchronous collectives queued or running
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<Pending> queue_;

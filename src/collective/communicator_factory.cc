@@ -1,6 +1,7 @@
 #include "collective/communicator_factory.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -33,11 +34,15 @@ std::string transport_choice(TransportChoice c) {
   return common::env_string("MWMS_TRANSPORT");
 }
 
+// Cores the ranks of this host can share. A launcher that binds each rank to its own core
+// (mpirun's default) leaves one core in our affinity mask although the ranks do not share it:
+// then the host's online cores count.
 int usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
+  int mask = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return std::max(1, mask > 1 ? mask : static_cast<int>(std::max(1L, online)));
 }
 
 Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
@@ -156,6 +161,12 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   names.addresses = c.ring;
   for (int r = 0; r < n; ++r) names.tasks.push_back(c.task_name_of_rank(r));
   auto control = std::make_unique<ControlPlane>(c.task_id, std::move(mesh.control), names);
+  ErrorContext setup;
+  setup.rank = c.task_id;
+  setup.world_size = n;
+  setup.task = c.task_name();
+  setup.op = "link setup";
+  control->ready_barrier(cctx.deadline, setup);
 
   EngineOptions eopts;
   eopts.timeout_seconds = timeout;
@@ -164,7 +175,8 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
       static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
   eopts.runner.yield_while_spinning =
       rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();
-  eopts.selector.forced = common::env_string("MWMS_ALGO");
+  eopts.selector.forced =
+      options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
   eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
   eopts.topology = topology_of(rv.peers);
   auto backend = std::make_unique<EngineBackend>(c.task_id, std::move(links), std::move(control),

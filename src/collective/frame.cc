@@ -1,5 +1,7 @@
 #include "collective/frame.h"
 
+#include "collective/algorithms/algorithm.h"
+
 namespace mwms::collective {
 
 const char* kind_name(CollectiveKind kind) {
@@ -25,7 +27,9 @@ std::string describe(const FrameHeader& h) {
   }
   if (kind == CollectiveKind::kBroadcast) out += ", root " + std::to_string(h.root);
   out += ") seq " + std::to_string(h.seq);
-  if (kind == CollectiveKind::kAllReduce) out += h.algorithm == 1 ? " [gather]" : " [ring]";
+  if (kind == CollectiveKind::kAllReduce) {
+    out += std::string(" [") + algorithm_name(h.algorithm) + "]";
+  }
   return out;
 }
 
@@ -46,7 +50,7 @@ void check_frame(const FrameHeader& expected, const FrameHeader& got, const Erro
                                       std::to_string(ctx.peer_rank) + " called " + describe(got) +
                                       "; every rank must call the same collectives in the same "
                                       "order with the same count, dtype, op and root (and the "
-                                      "same MWMS_SMALL_MESSAGE_BYTES)",
+                                      "same MWMS_SMALL_MESSAGE_BYTES and MWMS_ALGO)",
                                   ctx);
   }
   if (got.step != expected.step || got.payload_bytes != expected.payload_bytes) {

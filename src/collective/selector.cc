@@ -1,11 +1,18 @@
 #include "collective/selector.h"
 
+#include <algorithm>
+
 #include "collective/algorithms/algorithms.h"
 #include "mwms/errors.h"
 
 namespace mwms::collective {
 
 namespace {
+
+// Note [selector thresholds]: where Rabenseifner hands over to the ring (docs/algorithms.md).
+constexpr std::size_t kRabenseifnerMaxBytesPow2 = std::size_t{4} << 20;
+constexpr std::size_t kRabenseifnerMaxBytes = std::size_t{1} << 20;
+constexpr std::size_t kShmSmallMessageBytes = 8192;
 
 const Algorithm* by_name(CollectiveKind kind, std::string_view name) {
   CollectiveKind k = is_all_reduce_kind(kind) ? CollectiveKind::kAllReduce : kind;
@@ -33,29 +40,52 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
       bool known = false;
       for (const Algorithm* any : all_algorithms()) known = known || any->name() == options.forced;
       if (!known) {
-        throw InvalidArgument("MWMS_ALGO=" + options.forced + " names no algorithm (choose " +
-                              "auto or, for " + kind_name(in.kind) + ", " + names_for(in.kind) +
-                              ")");
+        throw InvalidArgument("algorithm " + options.forced + " (MWMS_ALGO or " +
+                              "CommunicatorOptions::algorithm) names no algorithm (choose auto " +
+                              "or, for " + kind_name(in.kind) + ", " + names_for(in.kind) + ")");
       }
       // The forced algorithm has no variant for this collective: choose as usual below.
     } else {
       std::string why;
       if (!a->supports(in, &why)) {
-        throw InvalidArgument("MWMS_ALGO=" + options.forced + " does not apply to this " +
-                              kind_name(in.kind) + ": " + why);
+        throw InvalidArgument("algorithm " + options.forced + " (MWMS_ALGO or " +
+                              "CommunicatorOptions::algorithm): " + options.forced +
+                              " does not apply to this " + kind_name(in.kind) + ": " + why);
       }
-      return {a, "forced by MWMS_ALGO"};
+      return {a, "forced by MWMS_ALGO or CommunicatorOptions::algorithm"};
     }
   }
   if (!is_all_reduce_kind(in.kind)) {
     return {by_name(in.kind, "ring"), "the only algorithm for this collective"};
   }
-  if (in.topology.world_size <= 1) return {&ring_all_reduce(), "world size 1: nothing to move"};
-  if (in.bytes <= options.small_message_bytes) {
-    // Latency-bound: n-1 message latencies instead of 2(n-1); the extra bytes do not matter yet.
-    return {&gather_all_reduce(), "message at most MWMS_SMALL_MESSAGE_BYTES"};
+  const int n = in.topology.world_size;
+  if (n <= 1) return {&ring_all_reduce(), "world size 1: nothing to move"};
+  // Note [selector thresholds], measured with all_reduce_perf (docs/algorithms.md): up to
+  // MWMS_SMALL_MESSAGE_BYTES recursive doubling has the fewest message latencies (log2 n, and
+  // the extra bytes do not matter yet); Rabenseifner moves the ring's bytes in 2 log2 n steps,
+  // which wins up to a few MiB; beyond that the ring's deeper pipeline wins. A world size that
+  // is not a power of two costs Rabenseifner 2 x S more on the folded pairs, so the ring takes
+  // over earlier there.
+  // Over shared memory alone a latency is a few microseconds and bytes are cheap to copy, so the
+  // whole-buffer exchanges of recursive doubling stop paying off much earlier.
+  const std::size_t small = in.topology.all_shm
+                                ? std::min(options.small_message_bytes, kShmSmallMessageBytes)
+                                : options.small_message_bytes;
+  if (in.bytes <= small) {
+    return {&recursive_doubling_all_reduce(),
+            in.topology.all_shm
+                ? "message at most min(MWMS_SMALL_MESSAGE_BYTES, 8 KiB) over shared memory: "
+                  "recursive doubling, log2(n) latencies"
+                : "message at most MWMS_SMALL_MESSAGE_BYTES: recursive doubling, log2(n) "
+                  "latencies"};
   }
-  return {&ring_all_reduce(), "bandwidth-bound message"};
+  const bool pow2 = (n & (n - 1)) == 0;
+  if (in.bytes <= (pow2 ? kRabenseifnerMaxBytesPow2 : kRabenseifnerMaxBytes)) {
+    return {&rabenseifner_all_reduce(),
+            pow2 ? "medium message: Rabenseifner, ring bytes in 2 log2(n) steps"
+                 : "medium message: Rabenseifner (world size not a power of two)"};
+  }
+  return {&ring_all_reduce(), "large message: ring (deepest pipeline)"};
 }
 
 }  // namespace mwms::collective

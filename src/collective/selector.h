@@ -12,8 +12,11 @@
 namespace mwms::collective {
 
 struct SelectorOptions {
-  std::string forced;                     // MWMS_ALGO: "" or "auto" = choose; else a name
-  std::size_t small_message_bytes = 65536;  // MWMS_SMALL_MESSAGE_BYTES
+  // MWMS_ALGO or CommunicatorOptions::algorithm: "" or "auto" = choose; else a name.
+  std::string forced;
+  // MWMS_SMALL_MESSAGE_BYTES: all-reduces up to this size take the latency-optimal algorithm
+  // (recursive doubling).
+  std::size_t small_message_bytes = 65536;
 };
 
 struct Selection {

@@ -27,7 +27,8 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_CHUNK_BYTES", EnvType::kInt, "262144", ">= 4096",
        "Pipeline chunk of the ring algorithms, in bytes."},
       {"MWMS_SMALL_MESSAGE_BYTES", EnvType::kInt, "65536", ">= 0",
-       "All-reduces up to this size use the gather variant (n-1 steps) instead of the ring."},
+       "All-reduces up to this size use recursive doubling (log2 n steps); larger ones "
+       "Rabenseifner's algorithm or the ring."},
       {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
        "Default gradient bucket size of the strategy, in bytes."},
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",
@@ -35,9 +36,14 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_TRANSPORT", EnvType::kEnum, "auto", "auto|tcp|shm|mpi",
        "Transport of the engine's links: auto (shared memory on one host, TCP across hosts), "
        "tcp, shm or mpi (under mpirun). Must be the same on every rank."},
+      {"MWMS_SHM_DISABLE", EnvType::kEnum, "0", "0|1",
+       "1: no shared memory; ranks on one host talk over TCP (MWMS_TRANSPORT=auto)."},
+      {"MWMS_SHM_RING_BYTES", EnvType::kInt, "0", ">= 0",
+       "Capacity of each shared-memory ring, in bytes (rounded up to 4096); 0: 4 x "
+       "MWMS_CHUNK_BYTES."},
       {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd",
        "Forces one algorithm for every collective it applies to; a name that does not apply "
-       "to a call is an error."},
+       "to a call is an error. CommunicatorOptions::algorithm overrides it."},
   };
   return registry;
 }

@@ -31,6 +31,32 @@ ErrorContext ControlPlane::with_peer(ErrorContext ctx, int peer) const {
   return ctx;
 }
 
+void ControlPlane::ready_barrier(common::Deadline deadline, const ErrorContext& ctx) {
+  FrameHeader ready;
+  ready.kind = static_cast<std::uint8_t>(CollectiveKind::kBarrier);
+  ready.seq = ~std::uint64_t{0};  // no collective has this number
+  ready.root = rank_;
+  for (std::size_t p = 0; p < links_.size(); ++p) {
+    if (links_[p].valid()) common::write_exact(links_[p].fd(), &ready, kHeader, deadline);
+  }
+  for (std::size_t p = 0; p < links_.size(); ++p) {
+    if (!links_[p].valid()) continue;
+    FrameHeader h;
+    common::IoResult r = common::read_exact(links_[p].fd(), &h, kHeader, deadline);
+    bool ok = r.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
+              h.kind == static_cast<std::uint8_t>(CollectiveKind::kBarrier) &&
+              h.seq == ~std::uint64_t{0} && h.root == static_cast<int>(p);
+    if (!ok) {
+      ErrorContext c = with_peer(ctx, static_cast<int>(p));
+      throw BootstrapError("rank " + std::to_string(p) + " did not confirm its links at the end "
+                           "of start-up (" + (r.status == common::IoStatus::kOk
+                                                  ? std::string("unexpected message")
+                                                  : r.describe()) +
+                           "); it probably failed or exited during start-up", c);
+    }
+  }
+}
+
 bool ControlPlane::poll(const pollfd* extra, int n_extra, int timeout_ms,
                         const ErrorContext& ctx) {
   int k = 0;

@@ -37,6 +37,12 @@ class ControlPlane {
   /// `links` by rank (invalid for this rank); non-blocking sockets.
   ControlPlane(int rank, std::vector<common::Socket> links, PeerNames names);
 
+  /// Start-up barrier over the control links: returns once every peer has connected all its links
+  /// (and, for shared memory, mapped this rank's segment), so no rank leaves Communicator::create
+  /// while a peer still needs something of it. @throws BootstrapError naming a peer that left or
+  /// did not answer before `deadline`.
+  void ready_barrier(common::Deadline deadline, const ErrorContext& ctx);
+
   /// `ctx` with the peer's rank, task and address filled in.
   ErrorContext with_peer(ErrorContext ctx, int peer) const;
 

@@ -68,6 +68,12 @@ struct PlanRunner::State {
   double timeout = 0;
   common::Clock::time_point start;
   common::Clock::time_point last_progress;
+  // Progress is counted, not timed: the clock is read only when a wait finds a new count, so a
+  // small collective that never waits reads it once (Note [idle time]).
+  std::uint64_t progress = 0;
+  std::uint64_t progress_seen = 0;
+  std::uint32_t spins = 0;
+  bool force_partial = false;  // reduce a partial chunk: the link may not hold a whole one
 };
 
 PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options)
@@ -143,11 +149,16 @@ void PlanRunner::consume(const Plan& plan, State& st, Link& link) {
       // or what a wrapped view offers.
       if (len >= options_.chunk_bytes) {
         len = options_.chunk_bytes;
-      } else if (b + len != t.recv_bytes && len == pending) {
-        break;
+      } else if (b + len != t.recv_bytes && len == pending && !st.force_partial) {
+        break;  // a whole chunk is coming (unless the link cannot hold one: see wait())
       }
       len -= len % esize;
-      MWMS_CHECK(len > 0, "link view splits an element");
+      if (len == 0) {
+        // Part of an element has arrived; a wrapped view always ends on a whole one (links
+        // wrap on 64-byte boundaries, Note [ring link layout]).
+        MWMS_CHECK(v.bytes == pending, "link view splits an element");
+        break;
+      }
       apply(t, a, b, len, v.data, st.dtype, st.op, st.world_size);
     } else if (v.data != t.recv + b) {
       std::memcpy(t.recv + b, v.data, len);
@@ -174,10 +185,14 @@ bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx)
   }
   if (!recv_slot_.header_arrived) return moved;
   if (!st.recv_checked) {
-    ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, t.recv_peer) : ctx;
-    c.peer_rank = t.recv_peer;
-    c.transport = link.caps().name;
-    check_frame(t.expect_header, recv_slot_.header, c);
+    // A matching envelope is byte-identical to the expected one (the sender builds it with the
+    // same header_for); only a difference pays for the context and the field-by-field report.
+    if (std::memcmp(&t.expect_header, &recv_slot_.header, sizeof(FrameHeader)) != 0) {
+      ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, t.recv_peer) : ctx;
+      c.peer_rank = t.recv_peer;
+      c.transport = link.caps().name;
+      check_frame(t.expect_header, recv_slot_.header, c);
+    }
     st.recv_checked = true;
   }
   const std::size_t before = recv_slot_.consumed;
@@ -191,6 +206,21 @@ bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx)
 }
 
 void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
+  // Note [idle time]: the deadline counts time without progress since the last wait saw some.
+  if (st.progress != st.progress_seen) {
+    st.progress_seen = st.progress;
+    st.last_progress = common::Clock::now();
+    st.spins = 0;
+  }
+  // While spinning, look at the clock every 16th round only: a read costs as much as a poll.
+  if ((++st.spins & 15) != 0) {
+    if (options_.yield_while_spinning) {
+      sched_yield();
+    } else {
+      cpu_relax();
+    }
+    return;
+  }
   const double idle = since(st.last_progress);
   // What can move: a receive that is not gated on our own send, a send with bytes allowed.
   const Transfer* ts = plan.transfers.data();
@@ -205,6 +235,13 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
     } else {
       cpu_relax();
     }
+    return;
+  }
+  // Waiting for a whole chunk that a small link buffer (or a lazily returned one) cannot hold:
+  // reduce what is there instead of sleeping, so a transfer never waits on itself.
+  if (st.recv_started && st.recv_checked && recv_slot_.arrived > recv_slot_.consumed &&
+      !st.force_partial) {
+    st.force_partial = true;
     return;
   }
   const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
@@ -226,6 +263,17 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                            std::to_string(static_cast<int>(st.timeout)) + " s" + via +
                            " (the peer is stalled, overloaded or stuck before this collective)",
                        c);
+  }
+  // A peer whose control link closed may still have left its last bytes in shared memory: it is
+  // dead only if the links were polled after the close was seen and nothing moved, so this is
+  // checked before sleeping, never right after the poll that saw the close.
+  if (control_ != nullptr && waited >= 0 && control_->closed(waited) &&
+      link_to(waited, ctx).wait_fd() < 0) {
+    ErrorContext c = control_->with_peer(ctx, waited);
+    c.transport = link_to(waited, ctx).caps().name;
+    throw PeerError("rank " + std::to_string(waited) + " closed its control connection while this "
+                    "rank waited for it in the middle of a collective (the peer process probably "
+                    "died or aborted)", c);
   }
   pollfd fds[2];
   int k = 0;
@@ -257,18 +305,10 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   } else {
     ::poll(fds, static_cast<nfds_t>(k), static_cast<int>(std::min(left * 1000.0 + 1, 100.0)));
   }
-  if (control_ != nullptr && waited >= 0 && control_->closed(waited) &&
-      link_to(waited, ctx).wait_fd() < 0) {
-    ErrorContext c = control_->with_peer(ctx, waited);
-    c.transport = link_to(waited, ctx).caps().name;
-    throw PeerError("rank " + std::to_string(waited) + " closed its control connection while this "
-                    "rank waited for it in the middle of a collective (the peer process probably "
-                    "died or aborted)", c);
-  }
 }
 
 void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_size,
-                     double timeout_seconds, ErrorContext ctx) {
+                     double timeout_seconds, const ErrorContext& ctx) {
   State st;
   st.n = static_cast<int>(plan.transfers.size());
   st.dtype = dtype;
@@ -282,7 +322,8 @@ void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_si
     bool progressed = pump_recv(plan, st, ctx);
     progressed = pump_send(plan, st, ctx) || progressed;
     if (progressed) {
-      st.last_progress = common::Clock::now();
+      ++st.progress;
+      st.force_partial = false;
       continue;
     }
     wait(plan, st, ctx);

@@ -32,7 +32,7 @@ class PlanRunner {
   /// (naming the rank to blame, Note [stall blame]), PeerError (a link failed or a peer
   /// aborted, naming it), CollectiveMismatchError (an envelope describes another call).
   void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
-           ErrorContext ctx);
+           const ErrorContext& ctx);
 
  private:
   struct State;

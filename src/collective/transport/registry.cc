@@ -2,15 +2,25 @@
 // transport layer that knows every transport (MPI registers behind MWMS_HAVE_MPI, STYLE item 4).
 #include "collective/transport/transport.h"
 
+#include "collective/transport/shm/shm_transport.h"
+#include "mwms/config.h"
 #include "mwms/errors.h"
+#if MWMS_HAVE_MPI
+#include "collective/transport/mpi/mpi_transport.h"
+#endif
 
 namespace mwms::collective {
 
-std::unique_ptr<Transport> make_transport(TransportKind kind, const TransportOptions&) {
+std::unique_ptr<Transport> make_transport(TransportKind kind, const TransportOptions& options) {
   switch (kind) {
     case TransportKind::kTcp: return nullptr;
-    case TransportKind::kShm: return nullptr;  // the shared-memory transport registers here
-    case TransportKind::kMpi: return nullptr;  // the MPI transport registers here
+    case TransportKind::kShm: return make_shm_transport(options);
+    case TransportKind::kMpi:
+#if MWMS_HAVE_MPI
+      return make_mpi_transport(options);
+#else
+      return nullptr;  // a build without MPI
+#endif
   }
   return nullptr;
 }

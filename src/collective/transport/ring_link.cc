@@ -41,6 +41,8 @@ RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorb
   caps_.in_place_recv = true;
   caps_.pollable = false;
   rx_next_ = rx_.control->tail.load(std::memory_order_relaxed);
+  rx_published_tail_ = rx_next_;
+  tx_seen_tail_ = tx_.control->tail.load(std::memory_order_relaxed);
 }
 
 void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
@@ -48,9 +50,14 @@ void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
 bool RingLink::poll_send(SendSlot& slot) {
   if (slot.done) return false;
   std::uint64_t head = tx_.control->head.load(std::memory_order_relaxed);
-  const std::uint64_t tail = tx_.control->tail.load(std::memory_order_acquire);
-  tx_seen_tail_ = tail;
-  std::uint64_t free = tx_.capacity - (head - tail);
+  // Note [lazy tail]: the consumer's tail lives on a line the consumer writes; read it only when
+  // the space seen last time does not suffice for what is to be sent now.
+  const std::uint64_t want = (slot.header_sent < kHeader ? kBlock : 0) + (slot.ready - slot.sent) +
+                             (slot.ready == slot.bytes ? round_up(slot.bytes) - slot.bytes : 0);
+  if (tx_.capacity - (head - tx_seen_tail_) < std::max<std::uint64_t>(want, 1)) {
+    tx_seen_tail_ = tx_.control->tail.load(std::memory_order_acquire);
+  }
+  std::uint64_t free = tx_.capacity - (head - tx_seen_tail_);
   bool moved = false;
   if (slot.header_sent < kHeader) {
     if (free < kBlock) return false;
@@ -90,15 +97,16 @@ bool RingLink::poll_recv(RecvSlot& slot) {
   rx_seen_head_ = head;
   bool moved = false;
   if (!slot.header_arrived) {
-    if (head - rx_next_ < kBlock) return false;
+    // The previous message's padding may not be produced yet (head < rx_next_): unsigned
+    // arithmetic must not take that for an envelope.
+    if (head < rx_next_ || head - rx_next_ < kBlock) return false;
     std::memcpy(&slot.header, rx_.data + rx_next_ % rx_.capacity, kHeader);
     slot.header_got = kHeader;
     slot.header_arrived = true;
     rx_payload_start_ = rx_next_ + kBlock;
     rx_next_ = rx_payload_start_ + round_up(slot.bytes);
     // Releases the envelope (and the previous message's padding).
-    rx_.control->tail.store(rx_payload_start_, std::memory_order_release);
-    ring_peer();
+    publish_tail(rx_payload_start_);
     moved = true;
   }
   // A peer whose envelope disagrees is reported by the runner; do not interpret its payload.
@@ -116,8 +124,7 @@ bool RingLink::poll_recv(RecvSlot& slot) {
     std::memcpy(slot.landing + slot.arrived, rx_.data + pos, n);
     slot.arrived += n;
   }
-  rx_.control->tail.store(rx_payload_start_ + slot.arrived, std::memory_order_release);
-  ring_peer();
+  publish_tail(rx_payload_start_ + slot.arrived);
   return true;
 }
 
@@ -132,7 +139,17 @@ RecvView RingLink::recv_view(const RecvSlot& slot) {
 void RingLink::recv_release(RecvSlot& slot, std::size_t bytes) {
   slot.consumed += bytes;
   if (slot.must_land) return;
-  rx_.control->tail.store(rx_payload_start_ + slot.consumed, std::memory_order_release);
+  publish_tail(rx_payload_start_ + slot.consumed);
+}
+
+void RingLink::publish_tail(std::uint64_t tail) noexcept {
+  // Note [lazy tail]: space is handed back in batches of a quarter ring, so a stream of small
+  // messages does not bounce the tail's cache line to the producer on every message. The
+  // producer can always write into the other three quarters, and the consumer publishes as soon
+  // as it has consumed a quarter, so a producer waiting for space is never left waiting.
+  if (tail - rx_published_tail_ < rx_.capacity / 4) return;
+  rx_published_tail_ = tail;
+  rx_.control->tail.store(tail, std::memory_order_release);
   ring_peer();
 }
 

@@ -60,6 +60,7 @@ class RingLink final : public Link {
 
  private:
   void ring_peer() noexcept;
+  void publish_tail(std::uint64_t tail) noexcept;
   std::size_t payload_in_ring(const RecvSlot& slot) const noexcept;
 
   int peer_;
@@ -71,7 +72,8 @@ class RingLink final : public Link {
   std::uint64_t rx_next_ = 0;           // ring position where the next message's envelope starts
   std::uint64_t rx_payload_start_ = 0;  // ring position of the current payload's byte 0
   std::uint64_t rx_seen_head_ = 0;      // for wait(): what poll_recv last saw
-  std::uint64_t tx_seen_tail_ = 0;      // for wait(): what poll_send last saw
+  std::uint64_t tx_seen_tail_ = 0;      // the consumer's tail as last read (Note [lazy tail])
+  std::uint64_t rx_published_tail_ = 0; // the tail the producer can see
 };
 
 /// Sleeps on `bell` until its sequence differs from `seen` or `max_seconds` pass (futex).
