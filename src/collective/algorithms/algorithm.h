@@ -60,10 +60,14 @@ class Algorithm {
   virtual bool supports(const SelectionInput& in, std::string* why) const = 0;
   /// Scratch bytes the plan of `call` needs (the engine grows one buffer to the largest).
   virtual std::size_t scratch_bytes(const CollectiveCall& call) const = 0;
-  /// Builds the plan of `call` into *plan; may do local work first (e.g. stage this rank's
-  /// input). Never allocates once *plan has grown.
+  /// Builds the plan of `call` into *plan. Pure structure: it depends only on the call's identity
+  /// (kind, dtype, op, count, root, rank, world size) and the three pointers, so the engine reuses
+  /// it for a repeated call (Note [plan cache] in engine_backend.cc) and only renumbers its
+  /// envelopes. Never allocates once *plan has grown.
   virtual void plan(const CollectiveCall& call, Buffers buffers, char* scratch,
                     Plan* plan) const = 0;
+  /// Local work before every run of the plan (e.g. copy this rank's input into scratch).
+  virtual void stage(const CollectiveCall& call, Buffers buffers, char* scratch) const;
   /// Local work after the plan ran (e.g. the gather variant reduces its slots in rank order).
   virtual void finish(const CollectiveCall& call, Buffers buffers, char* scratch) const;
 };

@@ -25,7 +25,6 @@ class GatherAllReduce final : public Algorithm {
     const int n = call.world_size;
     const int r = call.rank;
     const std::size_t bytes = call.count * dtype_size(call.dtype);
-    if (bytes > 0) std::memcpy(gather + static_cast<std::size_t>(r) * bytes, b.recv, bytes);
     plan->reset(static_cast<std::size_t>(n - 1));
     // Step s forwards the buffer of rank r-s (step 0: our own) and receives that of rank r-s-1.
     for (int s = 0; s < n - 1; ++s) {
@@ -35,6 +34,11 @@ class GatherAllReduce final : public Algorithm {
       set_recv(call, t, s, wrap_rank(r - 1, n), gather + wrap_rank(r - s - 1, n) * bytes, bytes,
                false, -1);
     }
+  }
+
+  void stage(const CollectiveCall& call, Buffers b, char* gather) const override {
+    const std::size_t bytes = call.count * dtype_size(call.dtype);
+    if (bytes > 0) std::memcpy(gather + static_cast<std::size_t>(call.rank) * bytes, b.recv, bytes);
   }
 
   void finish(const CollectiveCall& call, Buffers b, char* gather) const override {

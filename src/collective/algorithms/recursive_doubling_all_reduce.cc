@@ -85,6 +85,19 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     return 4 * call.count * dtype_size(call.dtype);  // B0, B1, B2 and the landing area L
   }
 
+  // The copies plan() relies on: B0 = this rank's input on a core rank, and B1 = B0 too when it is
+  // the lower partner of step 0 without folding an extra rank first.
+  void stage(const CollectiveCall& call, Buffers b, char* scratch) const override {
+    const int n = call.world_size;
+    const int r = call.rank;
+    const int p = floor_pow2(n);
+    const std::size_t bytes = call.count * dtype_size(call.dtype);
+    if (r >= p || bytes == 0) return;
+    std::memcpy(scratch, b.recv, bytes);
+    const bool folds = r < n - p;
+    if (!folds && log2_of(p) > 0 && (r & 1) == 0) std::memcpy(scratch + bytes, b.recv, bytes);
+  }
+
   void plan(const CollectiveCall& call, Buffers b, char* scratch, Plan* plan) const override {
     const int n = call.world_size;
     const int r = call.rank;
@@ -107,7 +120,6 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     auto low_at = [&](int k) { return k < steps && (r & (1 << k)) == 0; };
     int send_i = 0;   // value buffer holding the partial that the next step sends
     int copy_i = -1;  // a second copy of it, for a step where this rank is the lower partner
-    if (bytes > 0) std::memcpy(bufs[0], user, bytes);
     if (folds) {
       // op(X_r, X_{r+p}): accumulate the extra rank's buffer into the staged copy of ours.
       Transfer& t = plan->transfers[0];
@@ -120,8 +132,7 @@ class RecursiveDoublingAllReduce final : public Algorithm {
         a.copy_to = bufs[copy_i];
       }
     } else if (low_at(0)) {
-      copy_i = 1;
-      if (bytes > 0) std::memcpy(bufs[copy_i], user, bytes);
+      copy_i = 1;  // staged by stage()
     }
     for (int k = 0; k < steps; ++k) {
       const int ti = first + k;

@@ -6,6 +6,7 @@
 namespace mwms::collective {
 
 void Algorithm::finish(const CollectiveCall&, Buffers, char*) const {}
+void Algorithm::stage(const CollectiveCall&, Buffers, char*) const {}
 
 const std::vector<const Algorithm*>& all_algorithms() {
   static const std::vector<const Algorithm*> list = {

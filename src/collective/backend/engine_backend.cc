@@ -73,7 +73,21 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
                                              << " bytes: " << sel.algorithm->name() << " ("
                                              << sel.reason << ")");
   char* scratch = grow_scratch(sel.algorithm->scratch_bytes(call));
-  sel.algorithm->plan(call, b, scratch, &plan_);
+  // Note [plan cache]: training repeats the same calls on the same buffers (one all-reduce per
+  // bucket per step); a plan depends only on the call's identity and pointers, so a repeat
+  // reuses it and only renumbers its envelopes.
+  PlanKey key{sel.algorithm, call.kind, call.dtype, call.op, call.count, call.root,
+              b.send, b.recv, scratch};
+  if (!(key == plan_key_)) {
+    sel.algorithm->plan(call, b, scratch, &plan_);
+    plan_key_ = key;
+  } else {
+    for (Transfer& t : plan_.transfers) {
+      t.send_header.seq = call.seq;
+      t.expect_header.seq = call.seq;
+    }
+  }
+  sel.algorithm->stage(call, b, scratch);
   runner_.run(plan_, call.dtype, call.op, n, options_.timeout_seconds, ctx);
   sel.algorithm->finish(call, b, scratch);
 }

@@ -39,7 +39,24 @@ class EngineBackend final : public Backend {
   std::unique_ptr<ControlPlane> control_;
   EngineOptions options_;
   PlanRunner runner_;
+  struct PlanKey {
+    const Algorithm* algorithm = nullptr;
+    CollectiveKind kind = CollectiveKind::kAllReduce;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    std::size_t count = 0;
+    int root = -1;
+    const char* send = nullptr;
+    char* recv = nullptr;
+    char* scratch = nullptr;
+    bool operator==(const PlanKey& o) const {
+      return algorithm == o.algorithm && kind == o.kind && dtype == o.dtype && op == o.op &&
+             count == o.count && root == o.root && send == o.send && recv == o.recv &&
+             scratch == o.scratch;
+    }
+  };
   Plan plan_;
+  PlanKey plan_key_;  // what plan_ was built for (Note [plan cache])
   std::vector<char> scratch_;
 };
 

@@ -207,13 +207,14 @@ bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx)
 
 void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   // Note [idle time]: the deadline counts time without progress since the last wait saw some.
-  if (st.progress != st.progress_seen) {
-    st.progress_seen = st.progress;
-    st.last_progress = common::Clock::now();
-    st.spins = 0;
-  }
-  // While spinning, look at the clock every 16th round only: a read costs as much as a poll.
-  if ((++st.spins & 15) != 0) {
+  // While spinning, look at the clock every 16th round only: a read costs as much as a poll, and
+  // a small collective that completes within 16 rounds never reads it (Note [idle time]).
+  if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
+    if ((st.spins & 15) == 0) {
+      st.progress_seen = st.progress;
+      st.last_progress = common::Clock::now();
+      if (st.start == common::Clock::time_point{}) st.start = st.last_progress;
+    }
     if (options_.yield_while_spinning) {
       sched_yield();
     } else {
@@ -315,7 +316,7 @@ void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_si
   st.op = op;
   st.world_size = world_size;
   st.timeout = timeout_seconds;
-  st.start = st.last_progress = common::Clock::now();
+  st.progress = 1;  // the first wait reads the clock (Note [idle time])
   st.s = next_with_send(plan, 0);
   st.r = next_with_recv(plan, 0);
   while (st.s < st.n || st.r < st.n) {

@@ -78,7 +78,8 @@ class RingLink final : public Link {
 
 /// Sleeps on `bell` until its sequence differs from `seen` or `max_seconds` pass (futex).
 void doorbell_wait(Doorbell* bell, std::uint32_t seen, double max_seconds) noexcept;
-/// Bumps `bell` and wakes its sleepers, if any (Note [doorbell]).
+/// Bumps `bell` and wakes its sleepers, if any (Note [doorbell]). Call right after a seq_cst
+/// store of the head or tail the sleeper re-checks.
 void doorbell_ring(Doorbell* bell) noexcept;
 
 }  // namespace mwms::collective

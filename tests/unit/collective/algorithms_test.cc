@@ -105,6 +105,7 @@ struct RankState {
     const std::size_t need = algo.scratch_bytes(call);
     if (scratch.size() < need) scratch.resize(need);
     algo.plan(call, b, scratch.data(), &plan);
+    algo.stage(call, b, scratch.data());
     mwms::ErrorContext ctx;
     ctx.rank = rank;
     ctx.seq = static_cast<std::int64_t>(call.seq);
