@@ -21,10 +21,13 @@ using mwms::testing::ChildResult;
 using mwms::testing::LaunchOptions;
 using mwms::testing::run_ranks;
 
+// These cases run over TCP (on one host the default would be shared memory, whose fault cases
+// live in shm_test.cc), so that socket failures (EOF, resets) stay covered.
 mwms::CommunicatorOptions quick(double connect_seconds, double timeout_seconds = 10) {
   mwms::CommunicatorOptions o;
   o.connect_timeout_seconds = connect_seconds;
   o.timeout_seconds = timeout_seconds;
+  o.transport = mwms::TransportChoice::kTcp;
   return o;
 }
 
