@@ -116,6 +116,10 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
     }
   }
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout, mine);
+  // Without a launcher's local rank, the host ids of the exchange give it.
+  if (rv.cluster.source != ClusterSource::kMpi && !rv.peers.empty()) {
+    rv.cluster.local_rank = rv.peers[static_cast<std::size_t>(rv.cluster.task_id)].local_rank;
+  }
   if (rv.cluster.is_chief) {
     MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
     for (const auto& var : common::env_registry()) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -392,5 +393,51 @@ TEST_CASE("MWMS_SHM_DISABLE=1 moves same-host pairs to TCP", "[shm][multiproc]")
     CHECK_THAT(r.output, Contains("tcp"));
     CHECK_THAT(r.output, Contains("shm refused: "));
     CHECK_THAT(r.output, Contains("MWMS_SHM_DISABLE"));
+  }
+}
+
+TEST_CASE("rings larger than the host's memory fail at start-up with a clear error",
+          "[shm][fault]") {
+  // 4 ranks x 3 rings x 4 GiB = 48 GiB: more than half of the memory of any machine this runs
+  // on, or the case is skipped (it must never really allocate that much).
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  unsigned long long kib = 0;
+  std::string unit;
+  unsigned long long available = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") available = kib * 1024ULL;
+  }
+  if (available == 0 || available / 2 >= (48ULL << 30)) {
+    WARN("skipped: this host has too much memory to provoke the error safely");
+    return;
+  }
+  LaunchOptions opts;
+  opts.world_size = 4;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int, const std::string& tf_config, auto report) {
+    ::setenv("MWMS_SHM_RING_BYTES", "4294967296", 1);
+    if (mwms::common::env_string("MWMS_SHM_RING_BYTES") != "4294967296") {
+      report("cached: this test binary read MWMS_SHM_RING_BYTES before forking");
+      return;
+    }
+    try {
+      mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options());
+      report("created");
+    } catch (const mwms::Error& e) {
+      report(std::string("refused: ") + e.what());
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  if (results[0].output.find("cached: ") != std::string::npos) {
+    WARN("skipped: run this test case in its own process (ctest does)");
+    return;
+  }
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("refused: "));
+    CHECK_THAT(r.output, Contains("shared memory is too small"));
+    CHECK_THAT(r.output, Contains("MWMS_SHM_DISABLE=1"));
+    CHECK(r.seconds < 20);
   }
 }

@@ -6,9 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 #include <random>
 
@@ -236,8 +240,47 @@ Doorbell* ShmSegment::doorbell() const {
   return reinterpret_cast<Doorbell*>(base_ + kDoorbellOffset);
 }
 
+// Memory this host can give shared memory: MemAvailable, capped by the memory cgroup's headroom
+// (cgroup v2) when there is one. 0 when unknown.
+static std::uint64_t available_memory_bytes() {
+  std::uint64_t avail = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") {
+      avail = kib * 1024;
+      break;
+    }
+  }
+  std::ifstream max_file("/sys/fs/cgroup/memory.max");
+  std::ifstream cur_file("/sys/fs/cgroup/memory.current");
+  std::string max_text;
+  std::uint64_t current = 0;
+  if (max_file >> max_text && max_text != "max" && cur_file >> current) {
+    std::uint64_t limit = std::strtoull(max_text.c_str(), nullptr, 10);
+    std::uint64_t headroom = limit > current ? limit - current : 0;
+    avail = avail == 0 ? headroom : std::min(avail, headroom);
+  }
+  return avail;
+}
+
 void ShmSegment::reserve(const std::vector<int>& senders) {
   std::size_t needed = senders.size() * shm_slot_bytes(ring_bytes_);
+  // Shared memory is memory: rings that would take more than half of what the host has left (for
+  // all of its ranks together) fail here with a clear error instead of waking the OOM killer.
+  const std::uint64_t available = available_memory_bytes();
+  const std::uint64_t host_total = static_cast<std::uint64_t>(needed) * (senders.size() + 1);
+  if (available > 0 && host_total > available / 2) {
+    throw BackendError("shared memory is too small: the rings need " + std::to_string(needed) +
+                           " bytes per rank (" + std::to_string(host_total) + " for the " +
+                           std::to_string(senders.size() + 1) + " ranks of this host), more than "
+                           "half of the " + std::to_string(available) + " bytes of memory "
+                           "available; lower MWMS_SHM_RING_BYTES or set MWMS_SHM_DISABLE=1 to "
+                           "use TCP between ranks on this host",
+                       ENOMEM);
+  }
   for (int sender : senders) {
     int rc = ::posix_fallocate(fd_, static_cast<off_t>(slot_offset(sender)),
                                static_cast<off_t>(shm_slot_bytes(ring_bytes_)));
