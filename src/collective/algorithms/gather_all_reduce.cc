@@ -21,7 +21,7 @@ class GatherAllReduce final : public Algorithm {
     return call.count * dtype_size(call.dtype) * static_cast<std::size_t>(call.world_size);
   }
 
-  void plan(const CollectiveCall& call, Buffers b, char* gather, Plan* plan) const override {
+  void plan(const CollectiveCall& call, Buffers, char* gather, Plan* plan) const override {
     const int n = call.world_size;
     const int r = call.rank;
     const std::size_t bytes = call.count * dtype_size(call.dtype);
