@@ -57,10 +57,14 @@ class MWMS_API Work {
 
 class MWMS_API Communicator {
  public:
-  /// Rendezvous with every task of `cluster` and forms the ring (TCP). Blocks until all ranks have
-  /// arrived or the connect timeout passes. World size 1 connects nothing.
+  /// Rendezvous with every task of `cluster`, exchanges peer info and connects a link to every
+  /// peer (shared memory on one host, TCP between hosts, or MPI: CommunicatorOptions::transport)
+  /// plus a TCP control link. Blocks until all ranks have arrived and connected, or the connect
+  /// timeout passes. World size 1 connects nothing.
   /// @throws BootstrapError (peer never came up, naming task, address and time waited; listen port
-  ///   in use; cluster views that differ, naming the task whose view differs; evaluator or ps).
+  ///   in use; cluster views that differ, naming the task whose view differs; evaluator or ps;
+  ///   ranks that chose different transports, naming both), BackendError (shared memory too
+  ///   small, MPI failures), InvalidArgument (a bad option, or an unknown MWMS_ALGO).
   static std::unique_ptr<Communicator> create(const ResolvedCluster& cluster,
                                               const CommunicatorOptions& options = {});
 

@@ -87,6 +87,10 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
                                                     : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
   if (small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
   const std::string transport = transport_choice(options.transport);
+  // A forced algorithm must exist (checked before anything connects, on every rank alike).
+  const std::string forced =
+      options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
+  check_algorithm_name(forced);
   for (const std::string& name : common::unknown_env_vars()) {
     MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
   }
@@ -179,8 +183,7 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
       static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
   eopts.runner.yield_while_spinning =
       rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();
-  eopts.selector.forced =
-      options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
+  eopts.selector.forced = forced;
   eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
   eopts.topology = topology_of(rv.peers);
   auto backend = std::make_unique<EngineBackend>(c.task_id, std::move(links), std::move(control),

@@ -36,6 +36,20 @@ std::string names_for(CollectiveKind kind) {
 
 }  // namespace
 
+void check_algorithm_name(const std::string& name) {
+  if (name.empty() || name == "auto") return;
+  std::string all;
+  for (const Algorithm* a : all_algorithms()) {
+    if (a->name() == name) return;
+  }
+  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                           CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+    all += std::string(all.empty() ? "" : "; ") + kind_name(k) + ": " + names_for(k);
+  }
+  throw InvalidArgument("algorithm " + name + " (MWMS_ALGO or CommunicatorOptions::algorithm) "
+                        "names no algorithm; choose auto or one of " + all);
+}
+
 Selection select_algorithm(const SelectionInput& in, const SelectorOptions& options) {
   if (!options.forced.empty() && options.forced != "auto") {
     const Algorithm* a = by_name(in.kind, options.forced);

@@ -24,6 +24,10 @@ struct Selection {
   const char* reason = "";  // static text: selecting allocates nothing
 };
 
+/// Checks a forced algorithm name ("" and "auto" choose): @throws InvalidArgument naming every
+/// algorithm and the collectives it serves when `name` is none of them.
+void check_algorithm_name(const std::string& name);
+
 /// Picks the algorithm for `in`. @throws InvalidArgument when `options.forced` names no
 /// algorithm, or one that does not apply to `in` (saying why and which names do).
 Selection select_algorithm(const SelectionInput& in, const SelectorOptions& options);

@@ -130,3 +130,20 @@ TEST_CASE("ranks that choose different transports fail at start-up naming both",
     CHECK(r.seconds < 10);
   }
 }
+
+TEST_CASE("an unknown forced algorithm is refused when the communicator is created",
+          "[tcp][unit]") {
+  mwms::CommunicatorOptions o;
+  o.algorithm = "bogus";
+  try {
+    mwms::Communicator::create(mwms::ResolvedCluster{}, o);
+    FAIL("expected InvalidArgument");
+  } catch (const mwms::InvalidArgument& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Contains("bogus"));
+    CHECK_THAT(what, Contains("all_reduce: ring"));
+    CHECK_THAT(what, Contains("rhd"));
+  }
+  o.algorithm = "rd";  // a real name is accepted, also where a world of one never uses it
+  CHECK(mwms::Communicator::create(mwms::ResolvedCluster{}, o)->world_size() == 1);
+}

@@ -114,7 +114,13 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   // The failing rank told every rank itself (full mesh): nothing to relay.
   abort_sent_ = true;
   std::string text = "rank " + std::to_string(failed) + " failed: " + reason;
-  if (failed != peer) text += " (reported by rank " + std::to_string(peer) + ")";
+  if (failed == rank_) {
+    // e.g. a rank that was stopped and resumed: the others timed out naming it.
+    text = "rank " + std::to_string(peer) + " reported that this rank (" +
+           std::to_string(rank_) + ") failed: " + reason;
+  } else if (failed != peer) {
+    text += " (reported by rank " + std::to_string(peer) + ")";
+  }
   ErrorContext c = with_peer(ctx, failed);
   // Re-raise with the class the failing rank saw, so every rank can react the same way.
   if (h.op == static_cast<std::uint8_t>(AbortCause::kMismatch)) {

@@ -64,11 +64,15 @@ std::vector<TransportKind> choose_transports(int rank,
       k = TransportKind::kMpi;
     } else if (mine == "shm") {
       if (!same_host || !both_shm) {
-        throw BootstrapError("MWMS_TRANSPORT=shm, but rank " + std::to_string(p.rank) + " (" +
-                             p.address + ") " +
-                             (same_host ? "has shared memory disabled (MWMS_SHM_DISABLE=1)"
-                                        : "is on another host than rank " + std::to_string(rank)) +
-                             "; use MWMS_TRANSPORT=auto");
+        const bool mine_off = me.blobs.count("shm") == 0;
+        const int off = mine_off ? rank : p.rank;
+        throw BootstrapError(
+            "transport shm was asked for (MWMS_TRANSPORT or CommunicatorOptions::transport), but " +
+            (same_host ? "rank " + std::to_string(off) + " has shared memory disabled "
+                         "(MWMS_SHM_DISABLE=1) or unavailable"
+                       : "rank " + std::to_string(p.rank) + " (" + p.address +
+                             ") is on another host than rank " + std::to_string(rank)) +
+            "; use transport auto or tcp");
       }
       k = TransportKind::kShm;
     } else {
