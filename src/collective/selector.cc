@@ -11,6 +11,8 @@ namespace {
 
 // Over shared memory the ring's pipeline wins from a few hundred KiB (n = 4, 2 cores).
 constexpr std::size_t kShmRabenseifnerMaxBytes = 256 << 10;
+// Over MPI links Rabenseifner's halves beat the ring's chunks up to at least 16 MiB (n = 2).
+constexpr std::size_t kMpiRabenseifnerMaxBytes = std::size_t{64} << 20;
 
 // Note [selector thresholds]: where Rabenseifner hands over to the ring (docs/algorithms.md).
 constexpr std::size_t kRabenseifnerMaxBytesPow2 = std::size_t{4} << 20;
@@ -96,15 +98,18 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
                 : "message at most MWMS_SMALL_MESSAGE_BYTES: recursive doubling, log2(n) "
                   "latencies"};
   }
-  if (n == 2) {
+  if (n == 2 && !in.topology.any_mpi) {
     // Two ranks: Rabenseifner and the ring exchange the same halves, but the ring reduces in
-    // place as chunks land and forwards them at once (measured 1.4-1.8x rhd over shm).
+    // place as chunks land and forwards them at once (measured 1.4-1.8x rhd over shm). Over MPI
+    // links the halves of rhd measured 1.2-1.45x the ring at 1-16 MiB (Open MPI's single-copy
+    // path pins and pulls each piece on the receiver).
     return {&ring_all_reduce(), "two ranks: ring (one reduce-scatter and one all-gather step)"};
   }
   const bool pow2 = (n & (n - 1)) == 0;
-  const std::size_t rhd_max = in.topology.all_shm ? kShmRabenseifnerMaxBytes
-                                                  : (pow2 ? kRabenseifnerMaxBytesPow2
-                                                          : kRabenseifnerMaxBytes);
+  const std::size_t rhd_max = in.topology.all_shm  ? kShmRabenseifnerMaxBytes
+                              : in.topology.any_mpi ? kMpiRabenseifnerMaxBytes
+                              : pow2                ? kRabenseifnerMaxBytesPow2
+                                                    : kRabenseifnerMaxBytes;
   if (in.bytes <= rhd_max) {
     return {&rabenseifner_all_reduce(),
             pow2 ? "medium message: Rabenseifner, ring bytes in 2 log2(n) steps"
