@@ -97,6 +97,20 @@ Segment ring_segment(std::size_t count, int n, int i);
 /// ((i % n) + n) % n: ring positions for negative offsets.
 inline int wrap_rank(int i, int n) { return ((i % n) + n) % n; }
 
+/// Largest power of two <= n (n >= 1): the core ranks of recursive doubling and halving.
+inline int floor_pow2(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+/// Smallest k with 2^k >= p (log2 of a power of two).
+inline int log2_of(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+
 /// Header of step `step` of `call` with `payload` bytes.
 FrameHeader header_for(const CollectiveCall& call, int step, std::size_t payload);
 /// Fills the send half of `t` (to `peer`) / the receive half (from `peer`).

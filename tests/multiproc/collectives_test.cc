@@ -320,14 +320,7 @@ TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
             comm->broadcast(small.data(), small.size(), DataType::kFloat32, /*root=*/1);
             comm->barrier();
           };
-          round();  // grows the scratch buffers and plans once
-          long before = mwms::testing::allocations();
-          for (int i = 0; i < 20; ++i) round();
-          long allocated = mwms::testing::allocations() - before;
-          report("allocations in 20 rounds: " + std::to_string(allocated));
-          if (allocated != 0) {
-            throw std::runtime_error("collectives allocated " + std::to_string(allocated));
-          }
+          mwms::testing::expect_no_allocations(round, report);
         });
     INFO("algorithm " << algorithm);
     INFO(mwms::testing::describe(results));

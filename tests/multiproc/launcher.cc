@@ -174,4 +174,16 @@ std::string describe(const std::vector<ChildResult>& results) {
   return out;
 }
 
+void expect_no_allocations(const std::function<void()>& round,
+                           const std::function<void(const std::string&)>& report) {
+  round();  // grows the scratch buffers and plans once
+  long before = allocations();
+  for (int i = 0; i < 20; ++i) round();
+  long allocated = allocations() - before;
+  report("allocations in 20 rounds: " + std::to_string(allocated));
+  if (allocated != 0) {
+    throw std::runtime_error("collectives allocated " + std::to_string(allocated));
+  }
+}
+
 }  // namespace mwms::testing

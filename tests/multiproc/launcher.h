@@ -42,6 +42,11 @@ std::vector<ChildResult> run_ranks(
 /// Heap allocations made by this process so far (alloc_counter.cc replaces operator new).
 long allocations();
 
+/// Runs `round` once (scratch and plans grow), then 20 times counting heap allocations; reports
+/// the count and throws std::runtime_error unless it is 0 (DESIGN "No allocation per collective").
+void expect_no_allocations(const std::function<void()>& round,
+                           const std::function<void(const std::string&)>& report);
+
 /// Joins every child's output for failure messages.
 std::string describe(const std::vector<ChildResult>& results);
 

@@ -211,13 +211,7 @@ TEST_CASE("steady-state collectives over shm allocate nothing", "[shm][multiproc
       comm->broadcast(small.data(), small.size(), DataType::kFloat32, /*root=*/1);
       comm->barrier();
     };
-    round();  // grows the scratch buffers and plans once
-    long before = mwms::testing::allocations();
-    for (int i = 0; i < 20; ++i) round();
-    long allocated = mwms::testing::allocations() - before;
-    report("allocations in 20 rounds: " + std::to_string(allocated));
-    if (allocated != 0)
-      throw std::runtime_error("collectives allocated " + std::to_string(allocated));
+    mwms::testing::expect_no_allocations(round, report);
   });
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) REQUIRE(r.exit_code == 0);

@@ -35,18 +35,6 @@
 namespace mwms::collective {
 namespace {
 
-int floor_pow2(int n) {
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  return p;
-}
-
-int log2_of(int p) {
-  int k = 0;
-  while ((1 << k) < p) ++k;
-  return k;
-}
-
 class RabenseifnerAllReduce final : public Algorithm {
  public:
   std::string_view name() const noexcept override { return "rhd"; }

@@ -36,19 +36,6 @@
 namespace mwms::collective {
 namespace {
 
-/// Largest power of two <= n (n >= 1).
-int floor_pow2(int n) {
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  return p;
-}
-
-int log2_of(int p) {
-  int k = 0;
-  while ((1 << k) < p) ++k;
-  return k;
-}
-
 /// First index of {0, 1, 2} that is neither `a` nor `b`.
 int free_buffer(int a, int b) {
   for (int i = 0; i < 3; ++i) {
