@@ -265,17 +265,12 @@ class FrontEnd final : public Communicator {
         if (queue_.empty()) return;
         p = std::move(queue_.front());
         queue_.pop_front();
-        busy_ = true;
       }
       std::exception_ptr error;
       try {
         execute(p.args);
       } catch (...) {
         error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(queue_mutex_);
-        busy_ = false;
       }
       outstanding_.fetch_sub(1, std::memory_order_acq_rel);
       p.work->complete(error);
@@ -295,7 +290,6 @@ class FrontEnd final : public Communicator {
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<Pending> queue_;
-  bool busy_ = false;
   bool stopping_ = false;
   std::thread progress_;
 };

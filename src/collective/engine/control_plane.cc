@@ -188,8 +188,4 @@ int ControlPlane::blame(std::uint64_t seq, int waited) const {
   return at;
 }
 
-void ControlPlane::reset_blame() noexcept {
-  std::fill(waits_for_.begin(), waits_for_.end(), -1);
-}
-
 }  // namespace mwms::collective

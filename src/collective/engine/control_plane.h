@@ -66,8 +66,6 @@ class ControlPlane {
   void send_stall_notice(std::uint64_t seq, int waited) noexcept;
   /// The rank to blame for a stall in `seq` when this rank waits for `waited`.
   int blame(std::uint64_t seq, int waited) const;
-  /// Forgets stall notices (a new collective starts).
-  void reset_blame() noexcept;
 
  private:
   void read_message(int peer, const ErrorContext& ctx);
