@@ -16,8 +16,13 @@
 #include "kernels/reduce.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
+#include "support/values.h"
 
 namespace {
+
+using mwms::testing::input_value;
+using mwms::testing::store;
+using mwms::testing::load;
 
 using mwms::DataType;
 using mwms::ReduceOp;
@@ -26,42 +31,6 @@ const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::
                               DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProd};
-
-// Input of rank r at element i: in [-5, 5] (in [1, 3] for prod, so 4 ranks stay <= 81).
-double input_value(int r, std::size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProd) return static_cast<double>((r + i) % 3 + 1);
-  return static_cast<double>((r * 7 + i * 3) % 11) - 5.0;
-}
-
-void store(DataType t, void* base, std::size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
-    case DataType::kFloat16:
-      static_cast<std::uint16_t*>(base)[i] = mwms::kernels::float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<std::uint16_t*>(base)[i] =
-          mwms::kernels::float_to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
-    case DataType::kInt64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
-  }
-}
-
-double load(DataType t, const void* base, std::size_t i) {
-  switch (t) {
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kFloat16:
-      return mwms::kernels::half_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DataType::kBFloat16:
-      return mwms::kernels::bfloat16_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DataType::kInt32: return static_cast<const std::int32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
-  }
-  return 0;
-}
 
 double reference(int n, std::size_t i, DataType t, ReduceOp op) {
   double acc = input_value(0, i, op);

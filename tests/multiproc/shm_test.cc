@@ -20,8 +20,12 @@
 #include "kernels/reduce.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
+#include "support/values.h"
 
 namespace {
+
+using mwms::testing::input_value;
+using mwms::testing::store;
 
 using Catch::Matchers::Contains;
 using mwms::DataType;
@@ -44,37 +48,6 @@ mwms::CommunicatorOptions shm_options(double timeout_seconds = 30) {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Input of rank r at element i: small integers, exact in every dtype under sum/min/max/prod.
-double input_value(int r, std::size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProd) return static_cast<double>((r + i) % 3 + 1);
-  return static_cast<double>((r * 7 + i * 3) % 11) - 5.0;
-}
-
-void store(DataType t, char* base, std::size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      reinterpret_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      reinterpret_cast<double*>(base)[i] = v;
-      break;
-    case DataType::kFloat16:
-      reinterpret_cast<std::uint16_t*>(base)[i] =
-          mwms::kernels::float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      reinterpret_cast<std::uint16_t*>(base)[i] =
-          mwms::kernels::float_to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      reinterpret_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v);
-      break;
-    case DataType::kInt64:
-      reinterpret_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v);
-      break;
-  }
 }
 
 double reference(int n, std::size_t i, ReduceOp op) {

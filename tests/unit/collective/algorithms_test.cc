@@ -21,8 +21,12 @@
 #include "collective/transport/mem/mem_transport.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
+#include "support/values.h"
 
 namespace {
+
+using mwms::testing::input_value;
+using mwms::testing::store;
 
 using mwms::DataType;
 using mwms::ReduceOp;
@@ -32,37 +36,6 @@ constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataTy
                                   DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
                                 ReduceOp::kProd};
-
-// Rank r's element i: in [-5, 5]; for prod in {-1, 1, 2}, so a product of 8 is a power of two
-// (exact in bfloat16, whose integers are exact only up to 256).
-double input_value(int r, std::size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProd) {
-    const int v = static_cast<int>((r * 5 + i * 3) % 4);
-    return v == 0 ? -1.0 : v == 3 ? 1.0 : static_cast<double>(v);
-  }
-  return static_cast<double>((r * 7 + i * 3) % 11) - 5.0;
-}
-
-void store(DataType t, char* base, std::size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: reinterpret_cast<double*>(base)[i] = v; break;
-    case DataType::kFloat16:
-      reinterpret_cast<std::uint16_t*>(base)[i] =
-          mwms::kernels::float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      reinterpret_cast<std::uint16_t*>(base)[i] =
-          mwms::kernels::float_to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      reinterpret_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v);
-      break;
-    case DataType::kInt64:
-      reinterpret_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v);
-      break;
-  }
-}
 
 void fill_input(std::vector<char>& buf, int rank, std::size_t count, DataType t, ReduceOp op) {
   buf.assign(count * mwms::dtype_size(t), 0);

@@ -3,6 +3,7 @@
 // compared bit for bit, not within a tolerance. Every test runs on each ISA variant the CPU has
 // (baseline, AVX2, AVX-512), and one compares the variants with each other on edge values.
 #include "kernels/reduce.h"
+#include "support/values.h"
 
 #include <catch2/catch.hpp>
 
@@ -15,6 +16,9 @@
 #include <vector>
 
 namespace {
+
+using mwms::testing::store;
+using mwms::testing::load;
 
 using mwms::DataType;
 using mwms::ReduceOp;
@@ -38,35 +42,6 @@ float bits_float(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
-}
-
-// Element i of a dtype buffer as a double / from a double (exact for the values used here).
-double load(DataType dt, const void* base, std::size_t i) {
-  switch (dt) {
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kFloat16: return mk::half_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DataType::kBFloat16:
-      return mk::bfloat16_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DataType::kInt32: return static_cast<const std::int32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
-  }
-  return 0;
-}
-
-void store(DataType dt, void* base, std::size_t i, double v) {
-  switch (dt) {
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; return;
-    case DataType::kFloat16:
-      static_cast<std::uint16_t*>(base)[i] = mk::float_to_half(static_cast<float>(v));
-      return;
-    case DataType::kBFloat16:
-      static_cast<std::uint16_t*>(base)[i] = mk::float_to_bfloat16(static_cast<float>(v));
-      return;
-    case DataType::kInt32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); return;
-    case DataType::kInt64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); return;
-  }
 }
 
 double reference_op(ReduceOp op, double a, double b) {
