@@ -106,6 +106,9 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   topts.rank = cluster.task_id;
   topts.world_size = cluster.num_workers;
   topts.chunk_bytes = static_cast<std::size_t>(chunk) / 64 * 64;  // whole elements of any dtype
+  if (options.chunk_bytes > 0 || common::env_is_set("MWMS_CHUNK_BYTES")) {
+    topts.mpi_piece_bytes = topts.chunk_bytes;  // an explicit chunk also sizes MPI's pieces
+  }
   topts.job_fingerprint = cluster.cluster.fingerprint();
   std::map<TransportKind, std::unique_ptr<Transport>> local;
   bootstrap::PeerInfo mine;

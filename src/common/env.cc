@@ -25,7 +25,8 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_CONNECT_TIMEOUT_SECONDS", EnvType::kDouble, "60", "> 0",
        "How long the rendezvous retries to reach peers before failing."},
       {"MWMS_CHUNK_BYTES", EnvType::kInt, "262144", ">= 4096",
-       "Pipeline chunk of the ring algorithms, in bytes."},
+       "Pipeline chunk of the ring algorithms, in bytes; when set, also the MPI transport's "
+       "payload pieces (default 4 MiB)."},
       {"MWMS_SMALL_MESSAGE_BYTES", EnvType::kInt, "65536", ">= 0",
        "All-reduces up to this size use recursive doubling (log2 n steps); larger ones "
        "Rabenseifner's algorithm or the ring."},
@@ -58,9 +59,14 @@ const EnvVarInfo& find_var(std::string_view name) {
 }
 
 // Values are read once per process; later changes to the environment are ignored on purpose.
-std::string read_once(std::string_view name) {
+struct Read {
+  std::string value;
+  bool set = false;  // present (and not empty) in the environment
+};
+
+const Read& read_once(std::string_view name) {
   static std::mutex mutex;
-  static std::map<std::string, std::string, std::less<>> cache;
+  static std::map<std::string, Read, std::less<>> cache;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(name);
   if (it != cache.end()) return it->second;
@@ -73,16 +79,19 @@ std::string read_once(std::string_view name) {
       throw InvalidArgument(std::string(var.name) + "=" + value + " is not one of " + var.allowed);
     }
   }
-  cache.emplace(std::string(name), value);
-  return value;
+  // std::map never moves its nodes: the reference stays valid.
+  return cache.emplace(std::string(name), Read{value, raw != nullptr && *raw != '\0'})
+      .first->second;
 }
 
 }  // namespace
 
-std::string env_string(std::string_view name) { return read_once(name); }
+std::string env_string(std::string_view name) { return read_once(name).value; }
+
+bool env_is_set(std::string_view name) { return read_once(name).set; }
 
 long long env_int(std::string_view name) {
-  std::string value = read_once(name);
+  const std::string& value = read_once(name).value;
   char* end = nullptr;
   long long parsed = std::strtoll(value.c_str(), &end, 10);
   if (value.empty() || end == nullptr || *end != '\0') {
@@ -92,7 +101,7 @@ long long env_int(std::string_view name) {
 }
 
 double env_double(std::string_view name) {
-  std::string value = read_once(name);
+  const std::string& value = read_once(name).value;
   char* end = nullptr;
   double parsed = std::strtod(value.c_str(), &end);
   if (value.empty() || end == nullptr || *end != '\0') {

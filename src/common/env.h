@@ -27,6 +27,10 @@ const std::vector<EnvVarInfo>& env_registry();
 std::string env_string(std::string_view name);
 long long env_int(std::string_view name);
 double env_double(std::string_view name);
+/// Whether a registered variable is present (and not empty) in the environment, as read once
+/// with its value: tells "left at its default" from "set to the default's value".
+/// @throws InternalError if `name` is not registered; InvalidArgument as env_string.
+bool env_is_set(std::string_view name);
 
 /// MWMS_* variables present in the environment that the registry does not know (typos).
 std::vector<std::string> unknown_env_vars();

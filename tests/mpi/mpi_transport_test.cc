@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap/mpi_runtime.h"
@@ -85,11 +86,13 @@ void expect_identical_everywhere(const char* what, const void* buf, std::size_t 
   }
 }
 
-std::unique_ptr<mwms::Communicator> mpi_communicator(long long small_message_bytes) {
+std::unique_ptr<mwms::Communicator> mpi_communicator(long long small_message_bytes,
+                                                     std::size_t chunk_bytes = 0) {
   mwms::CommunicatorOptions copts;
   copts.transport = mwms::TransportChoice::kMpi;
   copts.timeout_seconds = 120;
   copts.small_message_bytes = small_message_bytes;
+  copts.chunk_bytes = chunk_bytes;
   return mwms::Communicator::create(mwms::resolve_from_environment(), copts);
 }
 
@@ -138,11 +141,17 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
 
 TEST_CASE("the MPI transport carries every collective", "[mpi]") {
   REQUIRE(mwms::bootstrap::launched_by_mpi());
-  // -1: the default selection (small all-reduces gathered); 0: rings (and pipelines) only.
-  for (long long small : {-1LL, 0LL}) {
-    auto comm = mpi_communicator(small);
-    INFO("world size " << comm->world_size() << ", small_message_bytes " << small);
+  // The default selection (small all-reduces gathered) with the default 4 MiB MPI pieces; then
+  // rings (and pipelines) only, with an explicit 64 KiB chunk, so that the 4 MB messages go in
+  // dozens of pieces and wrap the staging ring (Note [mpi staging]) many times.
+  const std::pair<long long, std::size_t> configs[] = {{-1, 0}, {0, 65536}};
+  for (const auto& [small, chunk] : configs) {
+    auto comm = mpi_communicator(small, chunk);
+    INFO("world size " << comm->world_size() << ", small_message_bytes " << small
+                       << ", chunk_bytes " << chunk);
     REQUIRE(comm->describe().find("mpi") != std::string::npos);
+    // 48 MiB: more 4 MiB pieces per message than the staging ring has slots, at every n <= 4.
+    if (chunk == 0) check_all_reduce(*comm, DataType::kFloat32, ReduceOp::kSum, 12u << 20);
     for (DataType t : kTypes) {
       for (ReduceOp op : kOps) {
         for (std::size_t count : kCounts) {

@@ -41,6 +41,8 @@ struct TransportOptions {
   int rank = 0;
   int world_size = 1;
   std::size_t chunk_bytes = 256 << 10;
+  // Payload pieces of MPI links; 0: max(chunk_bytes, 4 MiB) (Note [mpi piece size]).
+  std::size_t mpi_piece_bytes = 0;
   std::string job_fingerprint;  // the cluster's fingerprint (names segments, binds handshakes)
 };
 

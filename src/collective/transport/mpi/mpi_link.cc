@@ -224,12 +224,17 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
     return true;
   }
   bool moved = false;
-  while (d.posted < d.pieces && d.posted - d.finished < static_cast<std::size_t>(kWindow)) {
+  const bool staged = !slot.must_land;
+  if (staged && staging_.empty()) staging_.resize(kStageSlots * chunk_);  // once per link
+  while (d.posted < d.pieces && d.posted - d.finished < static_cast<std::size_t>(kWindow) &&
+         (!staged || d.posted - slot.consumed / chunk_ < kStageSlots)) {
     const std::size_t offset = d.posted * chunk_;
     const std::size_t len = piece_bytes(d, d.posted);
     const int i = 1 + static_cast<int>(d.posted % kWindow);
     d.expect[i] = static_cast<int>(len);
-    check(MPI_Irecv(slot.landing + offset, static_cast<int>(len), MPI_BYTE,
+    char* into = staged ? staging_.data() + (d.posted % kStageSlots) * chunk_
+                        : slot.landing + offset;
+    check(MPI_Irecv(into, static_cast<int>(len), MPI_BYTE,
                     peer_mpi_, kPayloadTag, comm_->comm(), &d.requests[i]),
           "MPI_Irecv from rank ", peer_);
     ++d.posted;
@@ -246,7 +251,12 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
 }
 
 RecvView MpiLink::recv_view(const RecvSlot& slot) {
-  return {slot.landing + slot.consumed, slot.arrived - slot.consumed};
+  if (slot.must_land) return {slot.landing + slot.consumed, slot.arrived - slot.consumed};
+  // Note [mpi staging]: up to the end of the staged piece that holds byte `consumed`.
+  const std::size_t piece = slot.consumed / chunk_;
+  const std::size_t end = std::min(slot.arrived, (piece + 1) * chunk_);
+  return {staging_.data() + (piece % kStageSlots) * chunk_ + (slot.consumed - piece * chunk_),
+          end > slot.consumed ? end - slot.consumed : 0};
 }
 
 void MpiLink::recv_release(RecvSlot& slot, std::size_t bytes) { slot.consumed += bytes; }

@@ -15,8 +15,15 @@
 // arrays live in the link (nothing is allocated per message). Payload receives are posted only
 // after the runner accepted the envelope (the poll after header_arrived was set), so a mismatched
 // collective never has receives posted into the caller's buffer. MPI cannot land bytes anywhere
-// but in the posted buffer: every payload lands in RecvSlot::landing (in_place_recv false) and
+// but in the posted buffer: a payload lands in RecvSlot::landing (in_place_recv false) and
 // `arrived` counts the completed pieces in order.
+//
+// Note [mpi staging]: a payload the plan only reads (RecvSlot::must_land false: a reduction's
+// operand) lands instead in a link-owned staging ring of kStageSlots pieces, and a piece's slot
+// is reposted only once the runner released all of it. The reduction then reads bytes that the
+// receive has just written (in cache) instead of a message-sized scratch area it wrote long
+// before (from memory), as Open MPI's segmented ring does with its two segment buffers. The ring
+// is allocated at the first such receive and reused (no allocation per message).
 #pragma once
 
 #include <mpi.h>
@@ -68,6 +75,7 @@ class MpiLink final : public Link {
   static constexpr int kEnvelopeTag = 1;
   static constexpr int kPayloadTag = 2;
   static constexpr int kWindow = 8;  // payload pieces in flight per direction
+  static constexpr std::size_t kStageSlots = 4;  // pieces of the staging ring (Note [mpi staging])
 
   /// The link to rank `peer`, which is `peer_mpi_rank` in `comm`; payload pieces of `chunk_bytes`
   /// (<= INT_MAX, the same on both sides).
@@ -121,6 +129,7 @@ class MpiLink final : public Link {
   TransportCaps caps_;
   Direction send_;
   Direction recv_;
+  std::vector<char> staging_;  // kStageSlots pieces, allocated at the first staged receive
 };
 
 }  // namespace mwms::collective

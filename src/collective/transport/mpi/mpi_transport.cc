@@ -17,6 +17,16 @@ namespace {
 // Largest payload piece: far below INT_MAX (MPI counts are int) and a multiple of 64.
 constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
 
+// Note [mpi piece size]: each MPI message above Open MPI's eager limit pays a rendezvous (request
+// to send, the receiver's single copy inside MPI_Test, a fin back), tens of microseconds here
+// with CMA, where our shm ring pays nothing per chunk. So unless MWMS_CHUNK_BYTES (or
+// CommunicatorOptions::chunk_bytes) is set, MPI links cut payloads into pieces of at least
+// 4 MiB while the plan keeps its 256 KiB reduce granularity: on the 2-core bench host
+// (bench/all_reduce_perf --backend mpi --compare mpi, n = 2, 16-64 MiB) 256 KiB pieces ran at
+// 0.5-0.7x MPI_Allreduce and 4 MiB pieces at 0.9-1.1x. A sender then posts a piece once the
+// plan made all of it final, so a ring's forwarding overlaps in pieces, not chunks.
+constexpr std::size_t kDefaultPieceBytes = std::size_t{4} << 20;
+
 ErrorContext setup_context(const ConnectContext& ctx, int peer) {
   ErrorContext c;
   c.rank = ctx.rank;
@@ -55,7 +65,12 @@ std::unique_ptr<Transport> make_mpi_transport(const TransportOptions& options) {
 
 MpiTransport::MpiTransport(bootstrap::MpiRuntime& runtime, const TransportOptions& options)
     : runtime_(runtime), rank_(options.rank), world_size_(options.world_size),
-      chunk_bytes_(std::min(std::max<std::size_t>(options.chunk_bytes, 64), kMaxPieceBytes)),
+      chunk_bytes_(std::min(std::max<std::size_t>(options.mpi_piece_bytes > 0
+                                                       ? options.mpi_piece_bytes
+                                                       : std::max(options.chunk_bytes,
+                                                                  kDefaultPieceBytes),
+                                                   64),
+                            kMaxPieceBytes)),
       caps_(mpi_caps(chunk_bytes_)) {}
 
 std::string MpiTransport::local_address() const {
