@@ -24,13 +24,21 @@ EngineBackend::EngineBackend(int rank, std::vector<std::unique_ptr<Link>> links,
 
 std::string EngineBackend::describe() const {
   std::map<std::string, int> count;
+  std::map<std::string, std::size_t> pieces;  // links that cut messages otherwise than the plan
   for (const auto& l : links_) {
-    if (l) ++count[l->caps().name];
+    if (!l) continue;
+    ++count[l->caps().name];
+    if (l->caps().chunk_bytes != options_.runner.chunk_bytes) {
+      pieces[l->caps().name] = l->caps().chunk_bytes;
+    }
   }
   std::string out = "engine backend, links:";
   for (const auto& [name, n] : count) out += " " + std::to_string(n) + " " + name;
   if (count.empty()) out += " none";
   out += ", chunk " + std::to_string(options_.runner.chunk_bytes) + " bytes";
+  for (const auto& [name, bytes] : pieces) {
+    out += ", " + name + " pieces " + std::to_string(bytes) + " bytes";
+  }
   if (options_.runner.yield_while_spinning) out += ", yielding (more ranks than cores)";
   return out;
 }
