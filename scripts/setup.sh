@@ -13,6 +13,7 @@ packages=(
   dataset-fashion-mnist                  # train: /usr/share/datasets/fashion-mnist/*.gz
   libeigen3-dev                          # train: the MLP's matrix products
   libcli11-dev                           # command lines of train and the bench tools
+  iproute2                               # tests: test hosts in network namespaces (ip, tc)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

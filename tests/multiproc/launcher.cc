@@ -1,6 +1,7 @@
 #include "multiproc/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -8,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <cstring>
 #include <exception>
@@ -68,14 +72,19 @@ std::vector<int> free_ports(int n) {
 }
 
 std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_chief) {
+  std::vector<std::string> addresses;
+  for (int port : ports) addresses.push_back("localhost:" + std::to_string(port));
+  return make_tf_config(addresses, rank, with_chief);
+}
+
+std::string make_tf_config(const std::vector<std::string>& addresses, int rank, bool with_chief) {
   std::string workers;
   std::size_t first_worker = with_chief ? 1 : 0;
-  for (std::size_t i = first_worker; i < ports.size(); ++i) {
-    workers += std::string(i > first_worker ? "," : "") + "\"localhost:" +
-               std::to_string(ports[i]) + "\"";
+  for (std::size_t i = first_worker; i < addresses.size(); ++i) {
+    workers += std::string(i > first_worker ? "," : "") + "\"" + addresses[i] + "\"";
   }
   std::string cluster = "{\"worker\":[" + workers + "]";
-  if (with_chief) cluster += ",\"chief\":[\"localhost:" + std::to_string(ports[0]) + "\"]";
+  if (with_chief) cluster += ",\"chief\":[\"" + addresses[0] + "\"]";
   cluster += "}";
   std::string type = with_chief && rank == 0 ? "chief" : "worker";
   int index = with_chief ? (rank == 0 ? 0 : rank - 1) : rank;
@@ -83,12 +92,62 @@ std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_ch
          "\",\"index\":" + std::to_string(index) + "}}";
 }
 
+const std::vector<TestHost>& test_hosts() {
+  static const std::vector<TestHost> hosts = [] {
+    std::vector<TestHost> out;
+    const char* raw = std::getenv("MWMSTEST_HOSTS");
+    std::string spec = raw != nullptr ? raw : "";
+    std::size_t pos = 0;
+    while (pos < spec.size()) {
+      std::size_t end = spec.find(',', pos);
+      if (end == std::string::npos) end = spec.size();
+      const std::string item = spec.substr(pos, end - pos);
+      const std::size_t eq = item.find('=');
+      if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
+        throw std::runtime_error("MWMSTEST_HOSTS: '" + item + "' is not netns=address");
+      }
+      out.push_back({item.substr(0, eq), item.substr(eq + 1)});
+      pos = end + 1;
+    }
+    return out;
+  }();
+  return hosts;
+}
+
+int host_of(int rank, int n, int hosts) {
+  return hosts <= 1 || n <= 0 ? 0 : std::min(hosts - 1, rank * hosts / n);
+}
+
+namespace {
+
+// Moves this (child) process into the network namespace `name` (/run/netns/<name>, as
+// `ip netns` makes them); throws with the reason.
+void enter_netns(const std::string& name) {
+  const std::string path = "/run/netns/" + name;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  const int rc = ::setns(fd, CLONE_NEWNET);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("setns(" + path + "): " + std::strerror(err));
+}
+
+}  // namespace
+
 std::vector<ChildResult> run_ranks(
     const LaunchOptions& options,
     const std::function<void(int, const std::string&,
                              const std::function<void(const std::string&)>&)>& body) {
   const int n = options.world_size;
   std::vector<int> ports = free_ports(n);
+  const std::vector<TestHost>& hosts = test_hosts();
+  const int nhosts = static_cast<int>(hosts.size());
+  std::vector<std::string> addresses;
+  for (int r = 0; r < n; ++r) {
+    addresses.push_back((hosts.empty() ? std::string("localhost")
+                                       : hosts[static_cast<std::size_t>(host_of(r, n, nhosts))].address) +
+                        ":" + std::to_string(ports[static_cast<std::size_t>(r)]));
+  }
   std::vector<ChildResult> results(n);
   std::vector<pid_t> pids(n);
   std::vector<int> pipes(n);
@@ -96,7 +155,7 @@ std::vector<ChildResult> run_ranks(
   for (int rank = 0; rank < n; ++rank) {
     int fds[2];
     if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    std::string tf_config = make_tf_config(ports, rank, options.with_chief);
+    std::string tf_config = make_tf_config(addresses, rank, options.with_chief);
     pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
@@ -106,6 +165,9 @@ std::vector<ChildResult> run_ranks(
       };
       int code = 0;
       try {
+        if (!hosts.empty()) {
+          enter_netns(hosts[static_cast<std::size_t>(host_of(rank, n, nhosts))].netns);
+        }
         body(rank, tf_config, report);
       } catch (const std::exception& e) {
         report(e.what());

@@ -32,8 +32,30 @@ std::vector<int> free_ports(int n);
 /// TF_CONFIG for task `rank` of a loopback cluster on `ports`.
 std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_chief);
 
+/// TF_CONFIG for task `rank` of the cluster whose task i is at `addresses[i]` ("host:port";
+/// with_chief: the first is the chief).
+std::string make_tf_config(const std::vector<std::string>& addresses, int rank, bool with_chief);
+
+/// A test host: a network namespace and its address (tests/tools/netns_hosts.sh).
+struct TestHost {
+  std::string netns;    // name under /run/netns
+  std::string address;  // IPv4 address of the namespace's eth0
+};
+
+/// The test hosts of MWMSTEST_HOSTS ("ns=address,ns=address", exported by
+/// `tests/tools/netns_hosts.sh run`); empty when unset: every rank on loopback. Read once.
+/// @throws std::runtime_error when the variable is malformed.
+const std::vector<TestHost>& test_hosts();
+
+/// Host of `rank` among `hosts` hosts in a world of `n`: consecutive blocks of ranks per host
+/// (at n = 4 on 2 hosts ranks 0 and 1 share the first), so the auto transport mixes shared
+/// memory inside a host with TCP across hosts.
+int host_of(int rank, int n, int hosts);
+
 /// Forks world_size children; child `rank` calls body(rank, tf_config, report) and exits 0, or 1
 /// after writing the exception's what() to its output. `report` appends text to the output.
+/// With test_hosts() set, child `rank` first enters the network namespace of host
+/// host_of(rank, ...) and TF_CONFIG gives every task its host's address.
 std::vector<ChildResult> run_ranks(
     const LaunchOptions& options,
     const std::function<void(int rank, const std::string& tf_config,
