@@ -51,7 +51,10 @@ Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
   std::map<std::string, int> per_host;
   for (const auto& p : peers) ++per_host[p.host_id];
   t.num_hosts = static_cast<int>(per_host.size());
-  for (const auto& [host, n] : per_host) t.max_ranks_per_host = std::max(t.max_ranks_per_host, n);
+  for (const auto& [host, n] : per_host) {
+    t.max_ranks_per_host = std::max(t.max_ranks_per_host, n);
+    t.uniform_hosts = t.uniform_hosts && n == per_host.begin()->second;
+  }
   // Every rank must compute the same topology (the selector depends on it): look at every pair,
   // as choose_transports() decides it identically on every rank.
   bool all_shm = t.world_size > 1;
@@ -67,6 +70,15 @@ Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
   }
   t.all_shm = all_shm;
   return t;
+}
+
+HostLayout host_layout_of(const std::vector<bootstrap::PeerInfo>& peers) {
+  std::map<std::string, int> ids;
+  std::vector<int> host_of;
+  for (const auto& p : peers) {
+    host_of.push_back(ids.emplace(p.host_id, static_cast<int>(ids.size())).first->second);
+  }
+  return HostLayout::from_hosts(host_of);
 }
 
 }  // namespace
@@ -189,6 +201,7 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   eopts.selector.forced = forced;
   eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
   eopts.topology = topology_of(rv.peers);
+  eopts.hosts = host_layout_of(rv.peers);
   auto backend = std::make_unique<EngineBackend>(c.task_id, std::move(links), std::move(control),
                                                  eopts);
   if (c.is_chief) {

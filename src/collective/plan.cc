@@ -1,6 +1,7 @@
 #include "collective/plan.h"
 
 #include <algorithm>
+#include <map>
 
 namespace mwms::collective {
 
@@ -49,6 +50,39 @@ void set_recv(const CollectiveCall& call, Transfer& t, int step, int peer, char*
   t.recv_in_chunks = in_chunks;
   t.recv_gate = gate;
   t.expect_header = header_for(call, step, bytes);
+}
+
+}  // namespace mwms::collective
+
+namespace mwms::collective {
+
+HostLayout HostLayout::from_hosts(const std::vector<int>& host_of) {
+  HostLayout l;
+  const int n = static_cast<int>(host_of.size());
+  std::map<int, int> renumber;  // given host number -> index by lowest rank
+  std::vector<int> size;
+  l.host_of.resize(host_of.size());
+  l.local_index.resize(host_of.size());
+  for (int r = 0; r < n; ++r) {
+    auto [it, fresh] = renumber.emplace(host_of[static_cast<std::size_t>(r)],
+                                        static_cast<int>(renumber.size()));
+    if (fresh) size.push_back(0);
+    l.host_of[static_cast<std::size_t>(r)] = it->second;
+    l.local_index[static_cast<std::size_t>(r)] = size[static_cast<std::size_t>(it->second)]++;
+  }
+  l.num_hosts = std::max(1, static_cast<int>(size.size()));
+  const bool uniform =
+      !size.empty() && std::all_of(size.begin(), size.end(), [&](int k) { return k == size[0]; });
+  if (uniform) {
+    l.ranks_per_host = size[0];
+    l.members.resize(host_of.size());
+    for (int r = 0; r < n; ++r) {
+      const std::size_t h = static_cast<std::size_t>(l.host_of[static_cast<std::size_t>(r)]);
+      l.members[h * static_cast<std::size_t>(l.ranks_per_host) +
+                static_cast<std::size_t>(l.local_index[static_cast<std::size_t>(r)])] = r;
+    }
+  }
+  return l;
 }
 
 }  // namespace mwms::collective

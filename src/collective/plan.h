@@ -63,6 +63,23 @@ struct Transfer {
   FrameHeader expect_header;
 };
 
+/// Which ranks share a host (from the peer-info exchange: same host id), identical on every rank.
+/// Hosts are numbered in the order of their lowest rank. Built once per communicator.
+struct HostLayout {
+  int num_hosts = 1;
+  int ranks_per_host = 0;       // when every host has the same number of ranks, else 0
+  std::vector<int> host_of;     // host of every rank
+  std::vector<int> local_index; // position of every rank among its host's ranks (ascending)
+  std::vector<int> members;     // uniform only: the ranks of host h at [h * L, (h + 1) * L)
+
+  /// The layout of `host_of` (host numbers in any order; renumbered by lowest rank).
+  static HostLayout from_hosts(const std::vector<int>& host_of);
+  /// Rank at position `local` of host `host` (uniform layouts only).
+  int member(int host, int local) const {
+    return members[static_cast<std::size_t>(host * ranks_per_host + local)];
+  }
+};
+
 /// The call every plan is built for: the collective's identity (carried in every envelope), this
 /// rank and the world.
 struct CollectiveCall {
@@ -75,6 +92,7 @@ struct CollectiveCall {
   int rank;
   int world_size;
   std::uint8_t algorithm = 0;  // AlgorithmId, carried in every frame header
+  const HostLayout* hosts = nullptr;  // the communicator's (hierarchical algorithms need it)
 };
 
 /// Reusable storage for a plan: grown once to the largest collective, never shrunk, so building

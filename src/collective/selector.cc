@@ -115,6 +115,13 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
             pow2 ? "medium message: Rabenseifner, ring bytes in 2 log2(n) steps"
                  : "medium message: Rabenseifner (world size not a power of two)"};
   }
+  if (hierarchical_all_reduce().supports(in, nullptr)) {
+    // Note [hierarchical bytes]: between hosts, a host sends 2(H-1)/H of the buffer instead of
+    // the flat ring's 2(n-1)/n on each host-crossing ring link.
+    return {&hierarchical_all_reduce(),
+            "large message, several hosts with the same number of ranks: hierarchical "
+            "(reduce-scatter inside each host, all-reduce across hosts, all-gather inside)"};
+  }
   return {&ring_all_reduce(), "large message: ring (deepest pipeline)"};
 }
 

@@ -296,3 +296,14 @@ TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
     for (const auto& r : results) REQUIRE(r.exit_code == 0);
   }
 }
+
+// Hidden ([.netns]): needs test hosts (tests/tools/netns_hosts.sh run 2 -- ...), run by the
+// netns:hierarchical CTest test. 4 ranks on 2 hosts: ranks 0, 1 share the first.
+TEST_CASE("hierarchical all-reduce across 2 test hosts x 2 ranks", "[.netns]") {
+  REQUIRE(mwms::testing::test_hosts().size() == 2);
+  for (mwms::TransportChoice transport :
+       {mwms::TransportChoice::kAuto, mwms::TransportChoice::kTcp}) {
+    run_everything({4, false, -1, transport, "hier", true});
+    run_everything({4, true, -1, transport, "hier", false});  // chief + 3 workers
+  }
+}

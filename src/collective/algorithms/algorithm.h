@@ -19,6 +19,7 @@ enum class AlgorithmId : std::uint8_t {
   kGather = 1,
   kRecursiveDoubling = 2,
   kRabenseifner = 3,
+  kHierarchical = 4,
 };
 
 /// What the selector knows about the ranks (from the peer-info exchange). Identical on every rank,
@@ -27,6 +28,7 @@ struct Topology {
   int world_size = 1;
   int num_hosts = 1;
   int max_ranks_per_host = 1;
+  bool uniform_hosts = true;    // every host has the same number of ranks
   bool all_shm = false;         // every link of the communicator is shared memory
   bool any_tcp = false;         // some link is TCP
   bool any_mpi = false;         // some link is MPI

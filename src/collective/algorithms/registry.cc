@@ -12,7 +12,7 @@ const std::vector<const Algorithm*>& all_algorithms() {
   static const std::vector<const Algorithm*> list = {
       &ring_all_reduce(),     &gather_all_reduce(),  &recursive_doubling_all_reduce(),
       &rabenseifner_all_reduce(), &ring_reduce_scatter(), &ring_all_gather(),
-      &ring_broadcast(),
+      &ring_broadcast(),      &hierarchical_all_reduce(),
   };
   return list;
 }
@@ -31,6 +31,7 @@ const char* algorithm_name(std::uint8_t id) noexcept {
     case AlgorithmId::kGather: return "gather";
     case AlgorithmId::kRecursiveDoubling: return "rd";
     case AlgorithmId::kRabenseifner: return "rhd";
+    case AlgorithmId::kHierarchical: return "hier";
   }
   return "unknown";
 }

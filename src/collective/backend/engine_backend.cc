@@ -54,6 +54,7 @@ char* EngineBackend::grow_scratch(std::size_t bytes) {
 
 void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   CollectiveCall call = args.call;
+  call.hosts = &options_.hosts;
   Buffers b = args.buffers;
   const std::size_t esize = dtype_size(call.dtype);
   const int n = call.world_size;

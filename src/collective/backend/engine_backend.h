@@ -17,6 +17,7 @@ struct EngineOptions {
   RunnerOptions runner;
   SelectorOptions selector;
   Topology topology;
+  HostLayout hosts;  // which ranks share a host (hierarchical algorithms)
   double timeout_seconds = 300;
 };
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collective/algorithms/algorithms.h"
@@ -69,12 +70,13 @@ struct RankState {
   std::vector<char> scratch;
   mc::Plan plan;
   std::uint64_t seq = 0;
+  const mc::HostLayout* hosts = nullptr;  // for the hierarchical algorithm
   std::string failure;
 
   void run(const mc::Algorithm& algo, mc::CollectiveKind kind, DataType t, ReduceOp op,
            std::size_t count, int root, mc::Buffers b) {
     mc::CollectiveCall call{kind, t, op, count, root, seq++, rank, world_size,
-                            static_cast<std::uint8_t>(algo.id())};
+                            static_cast<std::uint8_t>(algo.id()), hosts};
     const std::size_t need = algo.scratch_bytes(call);
     if (scratch.size() < need) scratch.resize(need);
     algo.plan(call, b, scratch.data(), &plan);
@@ -167,6 +169,55 @@ TEST_CASE("every all-reduce algorithm, dtype and op on 1..8 threaded ranks", "[u
                                              static_cast<std::size_t>(n - 1)};
     run_world(n, 1 << 20, 4096, [&](RankState& st) { all_reduce_matrix(st, counts, true); });
   }
+}
+
+TEST_CASE("hierarchical all-reduce on H hosts x L ranks, hosts contiguous or interleaved",
+          "[unit]") {
+  // {hosts, ranks per host}; ranks placed in blocks (0,1 | 2,3) or round-robin (0,2 | 1,3).
+  // Every dtype and op on 2 x 2; float32 and bfloat16 (every op) on the larger shapes.
+  const std::pair<int, int> shapes[] = {{2, 2}, {2, 3}, {3, 2}, {4, 2}};
+  for (const auto& [num_hosts, per_host] : shapes) {
+    for (bool interleaved : {false, true}) {
+      const int n = num_hosts * per_host;
+      std::vector<int> host_of;
+      for (int r = 0; r < n; ++r) host_of.push_back(interleaved ? r % num_hosts : r / per_host);
+      const mc::HostLayout layout = mc::HostLayout::from_hosts(host_of);
+      REQUIRE(layout.ranks_per_host == per_host);
+      INFO(num_hosts << " hosts x " << per_host << " ranks, " << (interleaved ? "interleaved" : "blocks"));
+      const std::vector<std::size_t> counts = {0, 1, 7, 1000, 65537, static_cast<std::size_t>(n - 1),
+                                               static_cast<std::size_t>(per_host + 1)};
+      run_world(n, 1 << 16, 4096, [&](RankState& st) {
+        st.hosts = &layout;
+        std::vector<char> buf, want;
+        const mc::Algorithm& algo = mc::hierarchical_all_reduce();
+        for (std::size_t count : counts) {
+          for (DataType t : kAllTypes) {
+            if (n > 4 && t != DataType::kFloat32 && t != DataType::kBFloat16) continue;
+            for (ReduceOp op : kAllOps) {
+              fill_input(buf, st.rank, count, t, op);
+              fill_expected(want, n, 0, count, t, op);
+              st.run(algo, mc::CollectiveKind::kAllReduce, t, op, count, -1,
+                     {buf.data(), buf.data()});
+              st.expect("all_reduce", algo, t, op, count, buf.data(), want);
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("the host layout numbers hosts by lowest rank and says when it is uniform", "[unit]") {
+  const mc::HostLayout a = mc::HostLayout::from_hosts({7, 3, 7, 3});
+  CHECK(a.num_hosts == 2);
+  CHECK(a.ranks_per_host == 2);
+  CHECK(a.host_of == std::vector<int>{0, 1, 0, 1});
+  CHECK(a.local_index == std::vector<int>{0, 0, 1, 1});
+  CHECK(a.member(0, 1) == 2);
+  CHECK(a.member(1, 0) == 1);
+  const mc::HostLayout b = mc::HostLayout::from_hosts({0, 0, 1});
+  CHECK(b.num_hosts == 2);
+  CHECK(b.ranks_per_host == 0);  // 2 + 1: not uniform
 }
 
 TEST_CASE("all-reduce algorithms through rings smaller than a message", "[unit]") {
@@ -266,6 +317,31 @@ TEST_CASE("forcing an algorithm that does not apply is an InvalidArgument", "[un
                     reinterpret_cast<char*>(big.data())};
     REQUIRE_THROWS_AS(engine.run(args, mwms::ErrorContext{}), mwms::InvalidArgument);
   }
+}
+
+TEST_CASE("the selector takes the hierarchical all-reduce for large messages across hosts",
+          "[unit]") {
+  mc::SelectorOptions opts;
+  mc::SelectionInput in;
+  in.topology.world_size = 4;
+  in.topology.num_hosts = 2;
+  in.topology.max_ranks_per_host = 2;
+  in.topology.any_tcp = true;
+  in.bytes = std::size_t{16} << 20;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::hierarchical_all_reduce());
+  in.bytes = 65536 * 2;  // medium: Rabenseifner
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::rabenseifner_all_reduce());
+  in.bytes = std::size_t{16} << 20;
+  in.topology.uniform_hosts = false;  // 2 + 1 ranks: the flat ring
+  in.topology.world_size = 3;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::ring_all_reduce());
+  opts.forced = "hier";
+  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
+                      Catch::Matchers::Contains("hier does not apply") &&
+                          Catch::Matchers::Contains("same number"));
+  in.topology.num_hosts = 1;  // one host
+  in.topology.uniform_hosts = true;
+  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts), Catch::Matchers::Contains("1 host(s)"));
 }
 
 TEST_CASE("the selector's choice is explained and the same for equal inputs", "[unit]") {
