@@ -21,7 +21,8 @@ nlohmann::json to_json(const EpochStats& e) {
           {"seconds", e.seconds},
           {"images_per_sec", e.images_per_sec},
           {"allreduce_seconds", e.allreduce_seconds},
-          {"allreduce_share", e.allreduce_share}};
+          {"allreduce_share", e.allreduce_share},
+          {"exposed_allreduce_seconds", e.exposed_allreduce_seconds}};
 }
 
 }  // namespace
@@ -40,6 +41,7 @@ void write_metrics(const std::string& path, const RunSummary& s) {
                       {"world_size", s.world_size},
                       {"images_per_sec", mean_images_per_sec(s)},
                       {"allreduce_seconds", s.allreduce_seconds},
+                      {"exposed_allreduce_seconds", s.exposed_allreduce_seconds},
                       {"global_batch_size", s.global_batch_size},
                       {"learning_rate", s.learning_rate},
                       {"seed", s.seed},

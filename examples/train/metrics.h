@@ -17,6 +17,7 @@ struct EpochStats {
   double images_per_sec = 0;      ///< global images trained per second
   double allreduce_seconds = 0;   ///< this worker's time inside all_reduce_gradients
   double allreduce_share = 0;     ///< allreduce_seconds / seconds
+  double exposed_allreduce_seconds = 0;  ///< of it, time waiting that compute did not hide
 };
 
 /// What the metrics file reports about the whole run.
@@ -32,6 +33,7 @@ struct RunSummary {
   double test_accuracy = 0;
   double final_train_loss = 0;    ///< NaN-free: 0 when no epoch ran in this process
   double allreduce_seconds = 0;   ///< total over this run's epochs
+  double exposed_allreduce_seconds = 0;  ///< total over this run's epochs
   std::vector<EpochStats> per_epoch;  ///< the epochs trained by this run
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "rng.h"
 
@@ -81,11 +82,35 @@ void Mlp::forward(const float* x, int batch) {
   logits.colwise() += p.b2;
 }
 
+// Note [backprop order]: the output layer's gradients are final first, then dense_1's kernel,
+// computed in blocks of input columns (each block is d_hidden times a block of the input rows,
+// contiguous in the column-major kernel) so that its all-reduce can start block by block, then
+// dense_1's bias. Blocks end on whole columns; a block's values do not depend on the blocking.
+std::vector<TensorSlot> Mlp::backprop_order(int w1_blocks) const {
+  if (w1_blocks < 1 || w1_blocks > shape_.inputs) {
+    throw std::invalid_argument("mlp: w1_blocks must be in [1, inputs]");
+  }
+  std::vector<TensorSlot> order = {slots_[2], slots_[3]};
+  const std::size_t rows = static_cast<std::size_t>(shape_.hidden);
+  for (int k = 0; k < w1_blocks; ++k) {
+    const std::size_t c0 = static_cast<std::size_t>(shape_.inputs) * k / w1_blocks;
+    const std::size_t c1 = static_cast<std::size_t>(shape_.inputs) * (k + 1) / w1_blocks;
+    order.push_back({slots_[0].name + "/" + std::to_string(k), c0 * rows, (c1 - c0) * rows});
+  }
+  order.push_back(slots_[1]);
+  return order;
+}
+
 double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int batch,
-                             float grad_scale) {
+                             float grad_scale, const std::function<void(std::size_t)>& ready,
+                             int w1_blocks) {
   Views g(grads_.data(), shape_);
+  const std::size_t pieces = static_cast<std::size_t>(w1_blocks) + 3;
   if (batch == 0) {
     std::fill(grads_.begin(), grads_.end(), 0.0f);
+    if (ready) {
+      for (std::size_t i = 0; i < pieces; ++i) ready(i);
+    }
     return 0.0;
   }
   forward(x, batch);
@@ -113,12 +138,26 @@ double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int bat
   Eigen::Map<Matrix> d_logits(logits_.data(), classes, batch);
   Eigen::Map<Matrix> d_hidden(d_hidden_.data(), shape_.hidden, batch);
   g.w2.noalias() = d_logits * hidden.transpose();
+  if (ready) ready(0);
   g.b2 = d_logits.rowwise().sum();
+  if (ready) ready(1);
   d_hidden.noalias() = p.w2.transpose() * d_logits;
   // ReLU derivative: hidden holds max(pre-activation, 0), so hidden > 0 marks the active units.
   d_hidden = (hidden.array() > 0.0f).select(d_hidden, 0.0f);
-  g.w1.noalias() = d_hidden * in.transpose();
+  if (!ready || w1_blocks <= 1) {
+    g.w1.noalias() = d_hidden * in.transpose();
+    if (ready) ready(2);
+  } else {
+    // Note [backprop order]
+    for (int k = 0; k < w1_blocks; ++k) {
+      const Eigen::Index c0 = Eigen::Index(shape_.inputs) * k / w1_blocks;
+      const Eigen::Index c1 = Eigen::Index(shape_.inputs) * (k + 1) / w1_blocks;
+      g.w1.middleCols(c0, c1 - c0).noalias() = d_hidden * in.middleRows(c0, c1 - c0).transpose();
+      ready(2 + static_cast<std::size_t>(k));
+    }
+  }
   g.b1 = d_hidden.rowwise().sum();
+  if (ready) ready(pieces - 1);
   return loss;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,17 @@ class Mlp {
   /// (inputs floats each), i.e. an inputs x batch column-major matrix. Overwrites gradients() with
   /// grad_scale * sum over the examples of d loss_i / d params, and returns sum_i loss_i.
   /// `batch` may be 0 (gradients become zero).
-  double forward_backward(const float* x, const std::uint8_t* labels, int batch, float grad_scale);
+  ///
+  /// With `ready` set, calls ready(i) as soon as tensor i of backprop_order(w1_blocks) is final
+  /// (Note [backprop order]), so a caller can start its all-reduce while the rest is computed.
+  double forward_backward(const float* x, const std::uint8_t* labels, int batch, float grad_scale,
+                          const std::function<void(std::size_t)>& ready = {}, int w1_blocks = 1);
+
+  /// The gradient as tensors in the order forward_backward() makes them final: dense_2/kernel,
+  /// dense_2/bias, dense_1/kernel in `w1_blocks` blocks of whole input columns (contiguous,
+  /// column-major), dense_1/bias. Offsets into gradients(). @throws std::invalid_argument when
+  /// w1_blocks is not in [1, inputs].
+  std::vector<TensorSlot> backprop_order(int w1_blocks) const;
 
   /// Number of the `batch` examples whose arg-max prediction equals the label.
   std::size_t count_correct(const float* x, const std::uint8_t* labels, int batch);

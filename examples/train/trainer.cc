@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 
@@ -53,6 +54,11 @@ Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strateg
   // bytes_per_pack smaller than the whole gradient needs the per-layer tensors.
   float* grads = model_.gradients().data();
   const std::size_t pack = strategy_.options().bytes_per_pack;
+  if (config.overlap_blocks > 0) {
+    for (const TensorSlot& slot : model_.backprop_order(config.overlap_blocks)) {
+      sync_tensors_.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});
+    }
+  }
   if (pack == 0 || pack >= model_.gradients().size() * sizeof(float)) {
     grad_tensors_.push_back(TensorRef{grads, model_.gradients().size(), DataType::kFloat32});
   } else {
@@ -137,18 +143,31 @@ EpochStats Trainer::train_epoch(int epoch) {
   const float scale = 1.0f / static_cast<float>(global_batch);  // Note [equivalence]
   double loss_sum = 0;
   const double allreduce_before = strategy_.allreduce_seconds();
+  const double exposed_before = strategy_.exposed_allreduce_seconds();
   const double start = now_seconds();
+  const std::function<void(std::size_t)> ready = [this](std::size_t i) {
+    strategy_.gradient_ready(i);
+  };
   for (int step = 0; step < steps; ++step) {
     const std::uint32_t* rows = order_.data() + step * global_batch + shard_.begin;
     gather_batch(train_, rows, shard_.size(), batch_x_.data(), batch_y_.data());
-    loss_sum += model_.forward_backward(batch_x_.data(), batch_y_.data(), local, scale);
-    strategy_.all_reduce_gradients(grad_tensors_, ReduceOp::kSum);
+    if (config_.overlap_blocks > 0) {
+      // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]).
+      strategy_.begin_gradient_sync(sync_tensors_, ReduceOp::kSum);
+      loss_sum += model_.forward_backward(batch_x_.data(), batch_y_.data(), local, scale, ready,
+                                          config_.overlap_blocks);
+      strategy_.finish_gradient_sync();
+    } else {
+      loss_sum += model_.forward_backward(batch_x_.data(), batch_y_.data(), local, scale);
+      strategy_.all_reduce_gradients(grad_tensors_, ReduceOp::kSum);
+    }
     optimizer_.step(model_.params(), model_.gradients());
   }
   EpochStats stats;
   stats.epoch = epoch + 1;
   stats.steps = steps;
   stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before;
+  stats.exposed_allreduce_seconds = strategy_.exposed_allreduce_seconds() - exposed_before;
   // The slowest worker sets the pace of a synchronous step.
   stats.seconds = strategy_.reduce(ReduceOp::kMax, now_seconds() - start);
   const double examples = static_cast<double>(steps) * static_cast<double>(global_batch);

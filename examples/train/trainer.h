@@ -32,6 +32,10 @@ struct TrainConfig {
   bool resume = false;
   int max_steps_per_epoch = 0;    ///< 0: every full global batch of the training set
   int eval_chunk = 1000;          ///< test examples per forward pass during evaluation
+  /// Overlap the gradient all-reduce with backprop (begin/gradient_ready/finish_gradient_sync):
+  /// dense_1's kernel gradient in this many blocks (0: blocking all_reduce_gradients after
+  /// backprop).
+  int overlap_blocks = 0;
 };
 
 class Trainer {
@@ -70,6 +74,7 @@ class Trainer {
   SgdMomentum optimizer_;
   Shard shard_;                         // this worker's rows of every global batch
   std::vector<TensorRef> grad_tensors_; // the flat gradient, whole or per layer
+  std::vector<TensorRef> sync_tensors_; // overlap: the gradient in backprop order
   std::vector<std::uint32_t> order_;    // the epoch's global shuffle
   FloatBuffer batch_x_;          // shard rows, gathered and scaled
   std::vector<std::uint8_t> batch_y_;

@@ -89,6 +89,31 @@ class MWMS_API MultiWorkerMirroredStrategy {
   void all_reduce_gradients(const std::vector<TensorRef>& gradients,
                             ReduceOp op = ReduceOp::kMean);
 
+  /// Gradient all-reduce overlapped with backprop (PyTorch DDP's Reducer, Horovod's
+  /// allreduce_async): begin_gradient_sync() declares this step's gradient tensors **in the order
+  /// backprop makes them final** (last layer first, as TF reverses its gradient list and DDP fills
+  /// its buckets); gradient_ready(i) says tensor i is final; a bucket (packed as in
+  /// all_reduce_gradients, in list order) is all-reduced asynchronously, on the communicator's
+  /// progress thread, as soon as all its tensors are ready and every earlier bucket has started,
+  /// so every worker starts the same buckets in the same order; finish_gradient_sync() marks what
+  /// is left ready and waits for every bucket, then the tensors hold the reduced values.
+  /// Between begin and finish the tensors of a started bucket must not be touched. Every worker
+  /// must pass the same list (shapes and dtypes) and `op`. Not thread-safe: one step at a time,
+  /// from one thread. Repeating the same list reuses the bucket plan (nothing allocated once the
+  /// pack buffers have grown). @throws InvalidUsage (begin twice, ready/finish without begin,
+  /// index out of range), InvalidArgument (null data); finish rethrows a bucket's error
+  /// (PeerError, TimeoutError, ...) after waiting for every bucket.
+  void begin_gradient_sync(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
+  /// Tensor `index` of the list given to begin_gradient_sync() is final (idempotent).
+  void gradient_ready(std::size_t index);
+  /// Waits for every bucket of the step (see begin_gradient_sync()).
+  void finish_gradient_sync();
+
+  /// Seconds this worker was blocked waiting for gradient all-reduces: all of
+  /// all_reduce_gradients, and the waits inside finish_gradient_sync() (the communication that
+  /// compute did not hide).
+  double exposed_allreduce_seconds() const noexcept;
+
   /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar).
   double reduce(ReduceOp op, double value);
 
@@ -96,7 +121,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// at most one (the first global_batch_size % workers workers get one more).
   Shard batch_shard(std::size_t global_batch_size) const noexcept;
 
-  /// Seconds spent inside all_reduce_gradients so far (wall clock).
+  /// Seconds of gradient all-reduce so far (wall clock): the time inside all_reduce_gradients,
+  /// plus, per overlapped step, the time from its first bucket's start until
+  /// finish_gradient_sync() returned (an upper bound of the communication time).
   double allreduce_seconds() const noexcept;
   /// Bytes all-reduced by all_reduce_gradients so far.
   std::size_t allreduce_bytes() const noexcept;

@@ -2,6 +2,8 @@
 // of bytes_per_pack and all-reduced through the Communicator. The strategy never touches sockets.
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <string>
 
 #include "common/env.h"
 #include "common/logging.h"
@@ -10,12 +12,35 @@
 
 namespace mwms {
 
+// One bucket of an overlapped step (begin_gradient_sync): tensors [first, last) of the list.
+struct SyncBucket {
+  std::size_t first = 0;
+  std::size_t last = 0;
+  std::size_t bytes = 0;
+  bool contiguous = true;    // reduced in place; otherwise through `pack`
+  std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
+  std::size_t waiting = 0;   // tensors not ready yet
+  std::shared_ptr<Work> work;
+};
+
 struct MultiWorkerMirroredStrategy::Impl {
   CommunicationOptions options;
   std::unique_ptr<Communicator> comm;
   std::vector<char> pack;  // bucket staging, grown once to bytes_per_pack
   double allreduce_seconds = 0;
+  double exposed_seconds = 0;
   std::size_t allreduce_bytes = 0;
+
+  // Overlapped step (Note [overlapped buckets]).
+  bool sync_active = false;
+  ReduceOp sync_op = ReduceOp::kSum;
+  std::vector<TensorRef> sync_tensors;
+  std::vector<std::size_t> bucket_of;  // per tensor
+  std::vector<bool> ready;             // per tensor
+  std::vector<SyncBucket> buckets;
+  std::size_t next_launch = 0;         // buckets [0, next_launch) have started
+  std::chrono::steady_clock::time_point first_launch;
+  bool launched_any = false;
 };
 
 namespace {
@@ -143,8 +168,143 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
     }
   });
   for (const TensorRef& g : gradients) impl_->allreduce_bytes += g.count * dtype_size(g.dtype);
-  impl_->allreduce_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  impl_->allreduce_seconds += took;
+  impl_->exposed_seconds += took;  // blocking: nothing hides it
+}
+
+// Note [overlapped buckets]: buckets start strictly in list order, each once all its tensors
+// are ready, so every worker issues the same all-reduces in the same order (the communicator
+// runs them in call order on its progress thread) even when backprop marks tensors ready in
+// another order; a bucket whose tensors are ready waits for the earlier buckets. Each bucket has
+// its own pack buffer, since several are in flight at once.
+namespace {
+
+bool same_tensors(const std::vector<TensorRef>& a, const std::vector<TensorRef>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].data != b[i].data || a[i].count != b[i].count || a[i].dtype != b[i].dtype) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRef>& gradients,
+                                                      ReduceOp op) {
+  Impl& m = *impl_;
+  if (m.sync_active) {
+    throw InvalidUsage("begin_gradient_sync called again before finish_gradient_sync");
+  }
+  check_tensors(gradients, "begin_gradient_sync");
+  if (!same_tensors(gradients, m.sync_tensors) || m.buckets.empty() != gradients.empty()) {
+    m.sync_tensors = gradients;
+    m.buckets.clear();
+    m.bucket_of.assign(gradients.size(), 0);
+    for_each_bucket(gradients, m.options.bytes_per_pack,
+                    [&](std::size_t first, std::size_t last, std::size_t bytes) {
+      SyncBucket b;
+      b.first = first;
+      b.last = last;
+      b.bytes = bytes;
+      const std::size_t esize = dtype_size(gradients[first].dtype);
+      for (std::size_t i = first + 1; i < last && b.contiguous; ++i) {
+        b.contiguous = static_cast<const char*>(gradients[i - 1].data) +
+                           gradients[i - 1].count * esize ==
+                       gradients[i].data;
+      }
+      if (!b.contiguous) b.pack.resize(bytes);
+      for (std::size_t i = first; i < last; ++i) m.bucket_of[i] = m.buckets.size();
+      m.buckets.push_back(std::move(b));
+    });
+  }
+  for (SyncBucket& b : m.buckets) {
+    b.waiting = b.last - b.first;
+    b.work.reset();
+  }
+  m.ready.assign(gradients.size(), false);
+  m.sync_op = op;
+  m.next_launch = 0;
+  m.launched_any = false;
+  m.sync_active = true;
+}
+
+void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
+  Impl& m = *impl_;
+  if (!m.sync_active) throw InvalidUsage("gradient_ready called without begin_gradient_sync");
+  if (index >= m.sync_tensors.size()) {
+    throw InvalidUsage("gradient_ready(" + std::to_string(index) + "): the step has " +
+                       std::to_string(m.sync_tensors.size()) + " gradient tensors");
+  }
+  if (m.ready[index]) return;
+  m.ready[index] = true;
+  --m.buckets[m.bucket_of[index]].waiting;
+  // Start every bucket that is complete and whose predecessors have started.
+  while (m.next_launch < m.buckets.size() && m.buckets[m.next_launch].waiting == 0) {
+    SyncBucket& b = m.buckets[m.next_launch++];
+    const DataType dtype = m.sync_tensors[b.first].dtype;
+    const std::size_t esize = dtype_size(dtype);
+    void* data = m.sync_tensors[b.first].data;
+    if (!b.contiguous) {
+      char* p = b.pack.data();
+      for (std::size_t i = b.first; i < b.last; ++i) {
+        const std::size_t n = m.sync_tensors[i].count * esize;
+        if (n > 0) std::memcpy(p, m.sync_tensors[i].data, n);
+        p += n;
+      }
+      data = b.pack.data();
+    }
+    if (!m.launched_any) {
+      m.first_launch = std::chrono::steady_clock::now();
+      m.launched_any = true;
+    }
+    b.work = m.comm->all_reduce_async(data, b.bytes / esize, dtype, m.sync_op);
+  }
+}
+
+void MultiWorkerMirroredStrategy::finish_gradient_sync() {
+  Impl& m = *impl_;
+  if (!m.sync_active) throw InvalidUsage("finish_gradient_sync called without begin_gradient_sync");
+  std::exception_ptr error;
+  try {
+    for (std::size_t i = 0; i < m.sync_tensors.size(); ++i) gradient_ready(i);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (SyncBucket& b : m.buckets) {
+    if (!b.work) continue;
+    try {
+      b.work->wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      continue;
+    }
+    if (!b.contiguous && !error) {
+      const std::size_t esize = dtype_size(m.sync_tensors[b.first].dtype);
+      const char* p = b.pack.data();
+      for (std::size_t i = b.first; i < b.last; ++i) {
+        const std::size_t n = m.sync_tensors[i].count * esize;
+        if (n > 0) std::memcpy(m.sync_tensors[i].data, p, n);
+        p += n;
+      }
+    }
+  }
+  const auto end = std::chrono::steady_clock::now();
+  m.exposed_seconds += std::chrono::duration<double>(end - wait_start).count();
+  if (m.launched_any) {
+    m.allreduce_seconds += std::chrono::duration<double>(end - m.first_launch).count();
+  }
+  for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+  for (SyncBucket& b : m.buckets) b.work.reset();
+  m.sync_active = false;
+  if (error) std::rethrow_exception(error);
+}
+
+double MultiWorkerMirroredStrategy::exposed_allreduce_seconds() const noexcept {
+  return impl_->exposed_seconds;
 }
 
 double MultiWorkerMirroredStrategy::reduce(ReduceOp op, double value) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "multiproc/launcher.h"
@@ -22,8 +24,10 @@ float target(int step, int row, int k) {
   return static_cast<float>(std::cos(0.11 * (step * 7 + row * 5 + k)));
 }
 
-// Trains on this worker's shard of each global batch and returns W followed by b.
-std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy) {
+// Trains on this worker's shard of each global batch and returns W followed by b. overlap: the
+// gradients go through begin_gradient_sync / gradient_ready / finish_gradient_sync, b's gradient
+// declared (and marked) first, as backprop would finish the last layer first.
+std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool overlap = false) {
   std::vector<float> w(kIn * kOut), b(kOut);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i % 7);
   // Workers start from different values on purpose: the chief's must win.
@@ -34,6 +38,10 @@ std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy) {
   for (int step = 0; step < kSteps; ++step) {
     std::fill(gw.begin(), gw.end(), 0.0f);
     std::fill(gb.begin(), gb.end(), 0.0f);
+    if (overlap) {
+      strategy.begin_gradient_sync({{gb.data(), gb.size()}, {gw.data(), gw.size()}},
+                                   mwms::ReduceOp::kSum);
+    }
     for (std::size_t row = shard.begin; row < shard.end; ++row) {
       for (int k = 0; k < kOut; ++k) {
         float pred = b[k];
@@ -43,8 +51,13 @@ std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy) {
         for (int j = 0; j < kIn; ++j) gw[j * kOut + k] += residual * feature(step, row, j);
       }
     }
-    strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}},
-                                  mwms::ReduceOp::kSum);
+    if (overlap) {
+      strategy.gradient_ready(0);
+      strategy.finish_gradient_sync();  // marks gw ready
+    } else {
+      strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}},
+                                    mwms::ReduceOp::kSum);
+    }
     for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * gw[i];
     for (std::size_t i = 0; i < b.size(); ++i) b[i] -= 0.5f * gb[i];
   }
@@ -60,7 +73,7 @@ std::vector<float> parse_floats(const std::string& text) {
   return out;
 }
 
-void check_equivalence(int world_size, std::size_t bytes_per_pack) {
+void check_equivalence(int world_size, std::size_t bytes_per_pack, bool overlap = false) {
   mwms::CommunicationOptions options;
   options.bytes_per_pack = bytes_per_pack;
   mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{}, options);
@@ -76,7 +89,7 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack) {
     std::ostringstream out;
     out.precision(9);
     out << "weights:";
-    for (float x : train(strategy)) out << " " << x;
+    for (float x : train(strategy, overlap)) out << " " << x;
     report(out.str());
   });
   INFO(mwms::testing::describe(results));
@@ -101,10 +114,90 @@ TEST_CASE("3 workers with small buckets end with the same weights as 1 worker", 
   check_equivalence(3, 64);  // several buckets, and W larger than a bucket
 }
 
+TEST_CASE("2 and 3 workers overlapping the all-reduce end with the same weights as 1 worker",
+          "[tcp][strategy]") {
+  check_equivalence(2, 0, true);
+  check_equivalence(3, 64, true);  // several buckets in flight
+}
+
 TEST_CASE("batch_shard splits a global batch into near-equal contiguous parts", "[unit][strategy]") {
   mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{});
   mwms::Shard s = single.batch_shard(10);
   CHECK(s.begin == 0);
   CHECK(s.end == 10);
   CHECK(single.reduce(mwms::ReduceOp::kSum, 2.5) == 2.5);
+}
+
+TEST_CASE("overlapped gradient sync gives the blocking result whatever the ready order",
+          "[tcp][strategy]") {
+  // Tensors: two back to back in one array (a contiguous bucket), two in separate arrays (packed),
+  // one larger than a pack (alone, in place); small packs, so several buckets are in flight.
+  // Each rank marks them ready in its own order: buckets still start in list order on every rank.
+  for (int n : {2, 3}) {
+    mwms::testing::LaunchOptions launch;
+    launch.world_size = n;
+    launch.timeout_seconds = 120;
+    auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+      mwms::CommunicationOptions options;
+      options.bytes_per_pack = 4096;
+      options.timeout_seconds = 60;
+      mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options);
+      std::vector<float> flat(1500), a(700), b(300), big(5000);
+      auto value = [&](int r, std::size_t tensor, std::size_t i) {
+        return static_cast<float>((r + 1) * 3 + static_cast<int>(tensor * 7 + i % 13));
+      };
+      for (int step = 0; step < 3; ++step) {
+        for (std::size_t i = 0; i < 1000; ++i) flat[i] = value(rank, 0, i);
+        for (std::size_t i = 0; i < 500; ++i) flat[1000 + i] = value(rank, 1, i);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = value(rank, 2, i);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = value(rank, 3, i);
+        for (std::size_t i = 0; i < big.size(); ++i) big[i] = value(rank, 4, i);
+        std::vector<mwms::TensorRef> grads = {
+            {flat.data(), 1000, mwms::DataType::kFloat32}, {flat.data() + 1000, 500, mwms::DataType::kFloat32},
+            {a.data(), a.size(), mwms::DataType::kFloat32}, {b.data(), b.size(), mwms::DataType::kFloat32},
+            {big.data(), big.size(), mwms::DataType::kFloat32}};
+        strategy.begin_gradient_sync(grads, mwms::ReduceOp::kSum);
+        // rank-dependent ready order; the last tensor is left to finish_gradient_sync
+        const std::vector<std::size_t> order =
+            rank % 2 == 0 ? std::vector<std::size_t>{3, 0, 2, 1} : std::vector<std::size_t>{1, 2, 0, 3};
+        for (std::size_t i : order) strategy.gradient_ready(i);
+        strategy.gradient_ready(order[0]);  // idempotent
+        strategy.finish_gradient_sync();
+        auto expect = [&](const char* what, const float* got, std::size_t count, std::size_t tensor) {
+          for (std::size_t i = 0; i < count; ++i) {
+            float want = 0;
+            for (int r = 0; r < n; ++r) want += value(r, tensor, i);
+            if (got[i] != want) {
+              throw std::runtime_error(std::string(what) + " element " + std::to_string(i) + " is " +
+                                       std::to_string(got[i]) + ", expected " + std::to_string(want));
+            }
+          }
+        };
+        expect("flat[0]", flat.data(), 1000, 0);
+        expect("flat[1]", flat.data() + 1000, 500, 1);
+        expect("a", a.data(), a.size(), 2);
+        expect("b", b.data(), b.size(), 3);
+        expect("big", big.data(), big.size(), 4);
+      }
+      // Misuse is an InvalidUsage, and the strategy still works afterwards.
+      bool threw = false;
+      try {
+        strategy.finish_gradient_sync();
+      } catch (const mwms::InvalidUsage&) {
+        threw = true;
+      }
+      std::vector<float> one(10, 1.0f);
+      strategy.begin_gradient_sync({{one.data(), one.size(), mwms::DataType::kFloat32}});
+      try {
+        strategy.gradient_ready(1);
+        threw = false;
+      } catch (const mwms::InvalidUsage&) {
+      }
+      strategy.finish_gradient_sync();
+      if (!threw || one[0] != static_cast<float>(n)) throw std::runtime_error("misuse not reported");
+      report("exposed " + std::to_string(strategy.exposed_allreduce_seconds()));
+    });
+    INFO("world size " << n << "\n" << mwms::testing::describe(results));
+    for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  }
 }
