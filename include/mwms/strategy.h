@@ -96,6 +96,14 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// at most one (the first global_batch_size % workers workers get one more).
   Shard batch_shard(std::size_t global_batch_size) const noexcept;
 
+  /// Orderly shutdown of the strategy's communicator (Communicator::finalize): collective, every
+  /// worker calls it once after its last step; waits for outstanding asynchronous collectives,
+  /// runs a barrier under timeout_seconds, tells every peer it finalized and closes the links, so
+  /// a worker that exits next is not mistaken for a dead one. Later collective calls throw
+  /// InvalidUsage ("communicator finalized"); a second finalize() does nothing; destroying a
+  /// strategy that was not finalized behaves as before. @throws as Communicator::finalize.
+  void finalize();
+
   /// Seconds spent inside all_reduce_gradients so far (wall clock).
   double allreduce_seconds() const noexcept;
   /// Bytes all-reduced by all_reduce_gradients so far.

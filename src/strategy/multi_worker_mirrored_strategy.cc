@@ -163,6 +163,8 @@ Shard MultiWorkerMirroredStrategy::batch_shard(std::size_t global_batch_size) co
   return s;
 }
 
+void MultiWorkerMirroredStrategy::finalize() { impl_->comm->finalize(); }
+
 double MultiWorkerMirroredStrategy::allreduce_seconds() const noexcept {
   return impl_->allreduce_seconds;
 }
