@@ -179,3 +179,42 @@ TEST_CASE("a rank that exits without finalize() while others wait is named as go
     CHECK(std::atof(results[0].output.c_str() + at + 6) < 2.0);
   }
 }
+
+TEST_CASE("a world of one and the strategy finalize too", "[multiproc][finalize]") {
+  auto comm = mwms::Communicator::create(mwms::ResolvedCluster{});
+  std::vector<int> v(4, 3);
+  comm->all_reduce(v.data(), v.size(), DataType::kInt32, ReduceOp::kSum);
+  comm->finalize();
+  comm->finalize();
+  CHECK(comm->seq() == 2);
+  CHECK(comm->describe() == "finalized");
+  CHECK_THROWS_AS(comm->all_reduce(v.data(), v.size(), DataType::kInt32, ReduceOp::kSum),
+                  mwms::InvalidUsage);
+  CHECK_THROWS_WITH(comm->all_reduce_async(v.data(), v.size(), DataType::kInt32, ReduceOp::kSum),
+                    Contains("communicator finalized"));
+  CHECK(comm->seq() == 2);  // a refused call consumes no sequence number
+
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    mwms::CommunicationOptions o;
+    o.timeout_seconds = 20;
+    mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf_config), o);
+    std::vector<float> g(100, static_cast<float>(rank + 1));
+    strategy.all_reduce_gradients({{g.data(), g.size(), DataType::kFloat32}}, ReduceOp::kSum);
+    strategy.finalize();
+    try {
+      strategy.reduce(ReduceOp::kSum, 1.0);
+    } catch (const mwms::InvalidUsage& e) {
+      report(std::string("after: ") + e.what());
+    }
+    report("g " + std::to_string(g[0]));
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("after: communicator finalized"));
+    CHECK_THAT(r.output, Contains("g 3.0"));
+  }
+}
