@@ -205,6 +205,7 @@ int run(const Flags& flags) {
     summary.test_accuracy = summary.per_epoch.back().test_accuracy;
     summary.final_train_loss = summary.per_epoch.back().train_loss;
   }
+  strategy->finalize();  // the last collective: peers see an orderly exit, not a death
   if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
@@ -75,24 +76,28 @@ int Trainer::steps_per_epoch() const {
 }
 
 int Trainer::restore_on_leader() {
-  const auto ckpt = load_checkpoint(config_.checkpoint_dir, model_.params().size());
-  if (!ckpt) {
+  const auto loaded = load_checkpoint(config_.checkpoint_dir, model_.params().size());
+  if (!loaded) {
     std::cout << "train: no checkpoint in " << config_.checkpoint_dir
               << ", starting from scratch" << std::endl;
     return -1;
   }
-  if (ckpt->seed != config_.seed) {
+  const Checkpoint& ckpt = loaded->checkpoint;
+  if (!loaded->warning.empty()) std::cerr << "train: warning: " << loaded->warning << std::endl;
+  if (ckpt.seed != config_.seed) {
     // The shuffle of every epoch derives from the seed: continuing with another one would not
     // reproduce the interrupted run.
-    throw std::runtime_error("checkpoint " + checkpoint_path(config_.checkpoint_dir) +
-                             " was written with --seed " + std::to_string(ckpt->seed) +
-                             ", this run has --seed " + std::to_string(config_.seed));
+    throw CheckpointMismatchError(loaded->path, "seed",
+                                  "was written with --seed " + std::to_string(ckpt.seed) +
+                                      ", this run has --seed " + std::to_string(config_.seed));
   }
-  model_.params().assign(ckpt->params.begin(), ckpt->params.end());
-  optimizer_.velocity().assign(ckpt->velocity.begin(), ckpt->velocity.end());
-  std::cout << "train: resumed from " << checkpoint_path(config_.checkpoint_dir) << " after "
-            << ckpt->epochs_completed << " epoch(s)" << std::endl;
-  return static_cast<int>(ckpt->epochs_completed);
+  model_.params().assign(ckpt.params.begin(), ckpt.params.end());
+  optimizer_.velocity().assign(ckpt.velocity.begin(), ckpt.velocity.end());
+  std::cout << "train: resumed from " << loaded->path
+            << (loaded->warning.empty() ? "" : " (the previous checkpoint)") << " after "
+            << ckpt.epochs_completed << " epoch(s)" << std::endl;
+  // load_checkpoint bounds the count (kMaxCheckpointEpochs), so it fits an int.
+  return static_cast<int>(ckpt.epochs_completed);
 }
 
 int Trainer::prepare() {
@@ -104,7 +109,7 @@ int Trainer::prepare() {
     // is then agreed on by every worker, so a bad file fails everyone at once instead of leaving
     // the others blocked in the broadcast below until their timeout.
     double status = kNoCheckpoint;
-    std::string error;
+    std::exception_ptr error;
     if (strategy_.is_chief()) {
       try {
         const int restored = restore_on_leader();
@@ -112,17 +117,16 @@ int Trainer::prepare() {
           status = kRestored;
           start_epoch = restored;
         }
-      } catch (const std::exception& e) {
+      } catch (const std::exception&) {
         status = kRestoreFailed;
-        error = e.what();
+        error = std::current_exception();
       }
     }
     status = strategy_.reduce(ReduceOp::kMax, status);
     if (status == kRestoreFailed) {
-      throw std::runtime_error(strategy_.is_chief()
-                                   ? error
-                                   : "the leader could not restore its checkpoint from " +
-                                         config_.checkpoint_dir + " (see the leader's error)");
+      if (error) std::rethrow_exception(error);  // the leader: its CheckpointError as it was
+      throw std::runtime_error("the leader could not restore its checkpoint from " +
+                               config_.checkpoint_dir + " (see the leader's error)");
     }
     start_epoch = strategy_.reduce(ReduceOp::kMax, start_epoch);
   }
@@ -193,11 +197,13 @@ double Trainer::evaluate() {
 void Trainer::save(int epochs_completed) {
   Checkpoint ckpt;
   ckpt.epochs_completed = epochs_completed;
+  ckpt.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch());
   ckpt.seed = config_.seed;
   ckpt.global_batch_size = static_cast<std::uint64_t>(config_.global_batch_size);
   ckpt.params.assign(model_.params().begin(), model_.params().end());
   ckpt.velocity.assign(optimizer_.velocity().begin(), optimizer_.velocity().end());
-  save_checkpoint(config_.checkpoint_dir, ckpt);
+  const std::string warning = save_checkpoint(config_.checkpoint_dir, ckpt);
+  if (!warning.empty()) std::cerr << "train: warning: " << warning << std::endl;
 }
 
 }  // namespace mwms::train

@@ -47,7 +47,9 @@ class Trainer {
   /// Collective. Initialises the weights from the seed, or (with --resume and a checkpoint) the
   /// leader restores them; then the leader's parameters and momentum buffers are broadcast to
   /// every worker. Returns the number of epochs already completed (0 for a fresh run).
-  /// @throws std::runtime_error on every worker when the leader's checkpoint is unusable.
+  /// The leader uses the newest checkpoint, or the previous one with a warning on stderr when the
+  /// newest is missing or unusable (load_checkpoint). @throws the leader's CheckpointError on the
+  /// leader and std::runtime_error on every other worker when no checkpoint is usable.
   int prepare();
 
   /// Collective. Trains epoch `epoch` (0-based); losses are reduced across workers.
@@ -57,7 +59,8 @@ class Trainer {
   /// correct counts are summed across workers.
   double evaluate();
 
-  /// Leader only: writes the checkpoint after `epochs_completed` epochs.
+  /// Leader only: writes the checkpoint after `epochs_completed` epochs, keeping the previous one
+  /// (save_checkpoint); a warning from it goes to stderr. @throws CheckpointError.
   void save(int epochs_completed);
 
   /// Global batches per epoch (the last partial batch is dropped).

@@ -23,6 +23,15 @@
 /// After a TimeoutError or PeerError the communicator is poisoned: later calls throw InvalidUsage
 /// carrying the original cause. No call allocates once the scratch buffers have grown to the
 /// largest message seen.
+///
+/// Shutdown: every rank calls finalize() once it has issued its last collective, so that peers
+/// tell an orderly exit from a death (see finalize()).
+/// @code
+///   for (int step = 0; step < steps; ++step) comm->all_reduce(grad, n, kFloat32, kSum);
+///   comm->finalize();  // every rank: a barrier, then "finalized" to every peer, links closed
+///   // incorrect: rank 0 calls finalize() while rank 1 still calls all_reduce -> rank 1 gets
+///   // CollectiveMismatchError "rank 0 finalized after N collective(s) and will not join ..."
+/// @endcode
 #pragma once
 
 #include <cstddef>
@@ -83,7 +92,8 @@ class MWMS_API Communicator {
   /// chunked and pipelined). Any count, including 0 and counts not divisible by world_size().
   /// float16/bfloat16 are reduced pairwise in float32 and rounded once per step (as NCCL does).
   /// @throws InvalidArgument (null buffer with count > 0), TimeoutError, PeerError,
-  ///   CollectiveMismatchError, InvalidUsage (poisoned).
+  ///   CollectiveMismatchError (also when a peer finalized before this call), InvalidUsage
+  ///   (poisoned, or finalized).
   virtual void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) = 0;
 
   /// Reduce-scatter (NCCL semantics): `send` holds world_size() * recv_count elements; rank r
@@ -120,6 +130,28 @@ class MWMS_API Communicator {
 
   /// One line describing the backend and the transports of its links (for logs and tools).
   virtual std::string describe() const = 0;
+
+  /// Orderly shutdown; collective: every rank calls it, after its last collective. Waits first
+  /// for every asynchronous collective still outstanding (their Work completes or fails as it
+  /// would have; a failure among them poisons the communicator and finalize() throws
+  /// InvalidUsage carrying it). Then runs a barrier under the communicator's timeout
+  /// (CommunicatorOptions::timeout_seconds; it consumes one sequence number and, on the wire, is
+  /// a barrier), tells every peer over the control plane that this rank finalized after seq()
+  /// collectives (bounded: at most ~1 s, a peer that already closed is skipped) and closes every
+  /// link. What peers then see: this rank's closed connections are an orderly shutdown, not an
+  /// error, for every rank; a peer that calls another collective fails at once with
+  /// CollectiveMismatchError naming this rank as finalized (not a death, not a timeout). A rank
+  /// that exits or destroys its communicator WITHOUT finalize() while a peer waits for it in a
+  /// collective is still reported to that peer as a PeerError ("shut down before seq N
+  /// completed, or died") within milliseconds.
+  /// After it returns, every collective throws InvalidUsage ("communicator finalized"); calling
+  /// finalize() again does nothing. The destructor of a communicator that was never finalized
+  /// behaves as before (closes the links without a notice). World size 1: only marks it finalized.
+  /// Blocking; one thread at a time, like every collective.
+  /// @throws the barrier's errors as barrier() does (TimeoutError, PeerError,
+  ///   CollectiveMismatchError, InvalidUsage when poisoned); the communicator is then poisoned
+  ///   and not finalized.
+  virtual void finalize() = 0;
 
   /// Sends an abort to every peer (best effort, never throws) and poisons this communicator;
   /// peers blocked in a collective fail with PeerError naming this rank and `reason`.

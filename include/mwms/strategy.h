@@ -121,6 +121,15 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// at most one (the first global_batch_size % workers workers get one more).
   Shard batch_shard(std::size_t global_batch_size) const noexcept;
 
+  /// Orderly shutdown of the strategy's communicator (Communicator::finalize): collective, every
+  /// worker calls it once after its last step; waits for outstanding asynchronous collectives,
+  /// runs a barrier under timeout_seconds, tells every peer it finalized and closes the links, so
+  /// a worker that exits next is not mistaken for a dead one. Later collective calls throw
+  /// InvalidUsage ("communicator finalized"); a second finalize() does nothing; destroying a
+  /// strategy that was not finalized behaves as before. @throws InvalidUsage between
+  /// begin_gradient_sync() and finish_gradient_sync(); otherwise as Communicator::finalize.
+  void finalize();
+
   /// Seconds of gradient all-reduce so far (wall clock): the time inside all_reduce_gradients,
   /// plus, per overlapped step, the time from its first bucket's start until
   /// finish_gradient_sync() returned (an upper bound of the communication time).

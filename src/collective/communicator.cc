@@ -63,20 +63,16 @@ class FrontEnd final : public Communicator {
   FrontEnd(ResolvedCluster cluster, std::unique_ptr<Backend> backend, double timeout)
       : cluster_(std::move(cluster)), backend_(std::move(backend)), timeout_(timeout) {}
 
-  ~FrontEnd() override {
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      stopping_ = true;
-    }
-    queue_cv_.notify_all();
-    if (progress_.joinable()) progress_.join();
-  }
+  ~FrontEnd() override { stop_progress(); }
 
   int rank() const noexcept override { return cluster_.task_id; }
   int world_size() const noexcept override { return cluster_.num_workers; }
   std::uint64_t seq() const noexcept override { return seq_; }
   const ResolvedCluster& cluster() const noexcept override { return cluster_; }
-  std::string describe() const override { return backend_ ? backend_->describe() : "world of one"; }
+  std::string describe() const override {
+    if (finalized_) return "finalized";
+    return backend_ ? backend_->describe() : "world of one";
+  }
 
   void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) override {
     run_now(all_reduce_args(buffer, count, dtype, op));
@@ -110,6 +106,20 @@ class FrontEnd final : public Communicator {
     return enqueue(broadcast_args(buffer, count, dtype, root));
   }
   std::shared_ptr<Work> barrier_async() override { return enqueue(barrier_args()); }
+
+  // Note [finalize] (engine/control_plane.h): the barrier, then the notice, then the links close.
+  void finalize() override {
+    if (finalized_) return;
+    // Like every call, the barrier runs after the asynchronous collectives still queued, so
+    // their Work completes (or fails) first; it waits under the communicator's timeout.
+    run_now(barrier_args());
+    stop_progress();  // the queue is empty: nothing else can touch the backend
+    if (backend_) {
+      backend_->finalize(seq_);
+      backend_.reset();  // closes every link
+    }
+    finalized_ = true;
+  }
 
   void abort(const std::string& reason) noexcept override {
     if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
@@ -147,6 +157,12 @@ class FrontEnd final : public Communicator {
   CollectiveArgs begin(CollectiveKind kind, const void* send, void* recv, std::size_t count,
                        DataType dtype, ReduceOp op, int root) {
     const char* name = kind_name(kind);
+    if (finalized_) {
+      throw InvalidUsage("communicator finalized: " + std::string(name) + " called after "
+                         "finalize(), which closed the links after " + std::to_string(seq_) +
+                         " collective(s); create a new communicator to run more",
+                         context(name, seq_));
+    }
     check_pointer(recv, count, name);
     if (dtype_size(dtype) == 0) throw InvalidArgument("unknown dtype", context(name, seq_));
     if (static_cast<std::uint8_t>(op) > static_cast<std::uint8_t>(ReduceOp::kProd)) {
@@ -255,6 +271,15 @@ class FrontEnd final : public Communicator {
     return work;
   }
 
+  void stop_progress() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (progress_.joinable()) progress_.join();
+  }
+
   // STYLE item 15: no exception escapes the thread; each lands in its Work.
   void progress_loop() noexcept {
     for (;;) {
@@ -292,6 +317,7 @@ class FrontEnd final : public Communicator {
   std::deque<Pending> queue_;
   bool stopping_ = false;
   std::thread progress_;
+  bool finalized_ = false;  // read and written by the calling thread only
 };
 
 }  // namespace

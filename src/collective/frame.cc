@@ -13,6 +13,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kAbort: return "abort";
     case CollectiveKind::kStallNotice: return "stall notice";
+    case CollectiveKind::kFinalized: return "finalized";
   }
   return "unknown";
 }

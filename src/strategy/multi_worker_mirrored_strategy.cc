@@ -323,6 +323,14 @@ Shard MultiWorkerMirroredStrategy::batch_shard(std::size_t global_batch_size) co
   return s;
 }
 
+void MultiWorkerMirroredStrategy::finalize() {
+  if (impl_->sync_active) {
+    throw InvalidUsage("finalize called between begin_gradient_sync and finish_gradient_sync; "
+                       "finish the step first");
+  }
+  impl_->comm->finalize();
+}
+
 double MultiWorkerMirroredStrategy::allreduce_seconds() const noexcept {
   return impl_->allreduce_seconds;
 }

@@ -4,6 +4,7 @@
 // hands the whole collective to a library.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "collective/algorithms/algorithm.h"
@@ -31,6 +32,10 @@ class Backend {
   virtual void run(const CollectiveArgs& args, const ErrorContext& ctx) = 0;
   /// Tells every peer that `failed_rank` failed (best effort, never throws).
   virtual void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept = 0;
+  /// Tells every peer that this rank finalized after `collectives` collectives (Note [finalize]
+  /// in control_plane.h; best effort, bounded, never throws). The front end destroys the backend
+  /// right after, which closes the links.
+  virtual void finalize(std::uint64_t collectives) noexcept = 0;
 };
 
 }  // namespace mwms::collective

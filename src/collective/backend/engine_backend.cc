@@ -106,4 +106,8 @@ void EngineBackend::abort(int failed_rank, const std::string& reason,
   if (control_) control_->send_abort(failed_rank, reason, cause);
 }
 
+void EngineBackend::finalize(std::uint64_t collectives) noexcept {
+  if (control_) control_->send_finalized(collectives);
+}
+
 }  // namespace mwms::collective

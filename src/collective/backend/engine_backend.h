@@ -30,6 +30,7 @@ class EngineBackend final : public Backend {
   std::string describe() const override;
   void run(const CollectiveArgs& args, const ErrorContext& ctx) override;
   void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept override;
+  void finalize(std::uint64_t collectives) noexcept override;
 
  private:
   static std::vector<Link*> raw(const std::vector<std::unique_ptr<Link>>& links);

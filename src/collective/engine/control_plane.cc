@@ -18,7 +18,8 @@ ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerName
       fds_(static_cast<std::size_t>(kMaxExtra) + links_.size()),
       fd_peer_(fds_.size(), -1),
       waits_for_(links_.size(), -1),
-      waits_seq_(links_.size(), 0) {
+      waits_seq_(links_.size(), 0),
+      finalized_after_(links_.size(), -1) {
   for (std::size_t p = 0; p < links_.size(); ++p) open_[p] = links_[p].valid();
 }
 
@@ -101,6 +102,10 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
     }
     return;
   }
+  if (framed && h.kind == static_cast<std::uint8_t>(CollectiveKind::kFinalized)) {
+    record_finalized(peer, h, ctx);
+    return;
+  }
   if (!framed || h.kind != static_cast<std::uint8_t>(CollectiveKind::kAbort)) {
     // A peer that exits closes its control link; that alone is not a failure (it may have
     // finished). The runner decides whether this peer's absence matters (it waits for it).
@@ -170,6 +175,49 @@ void ControlPlane::send_stall_notice(std::uint64_t seq, int waited) noexcept {
   waits_for_[static_cast<std::size_t>(rank_)] = waited;
   waits_seq_[static_cast<std::size_t>(rank_)] = seq;
   common::Deadline d = common::deadline_after(0.5);
+  for (std::size_t p = 0; p < links_.size(); ++p) {
+    if (open_[p]) common::write_exact(links_[p].fd(), &h, kHeader, d);
+  }
+}
+
+void ControlPlane::record_finalized(int peer, const FrameHeader& h, const ErrorContext& ctx) {
+  // Note [finalize]: a fixed-size frame; every field is checked before it is believed.
+  const std::uint64_t payload = h.payload_bytes;  // packed fields: copy, never bind a reference
+  const std::uint64_t seq = h.seq;
+  const char* bad = nullptr;
+  if (h.root != peer) bad = "root is not the sender";
+  if (payload != 0) bad = "payload_bytes is not 0";
+  if (h.step != 0) bad = "step is not 0";
+  if (seq >= (std::uint64_t{1} << 62)) bad = "seq is out of range";
+  if (bad != nullptr) {
+    throw PeerError("rank " + std::to_string(peer) + " sent a malformed finalized notice (" + bad +
+                        ", root " + std::to_string(h.root) + ", seq " + std::to_string(seq) +
+                        "): corrupt control stream",
+                    with_peer(ctx, peer));
+  }
+  auto& at = finalized_after_[static_cast<std::size_t>(peer)];
+  if (at >= 0) return;  // sent once; a repeat changes nothing
+  at = static_cast<std::int64_t>(seq);
+  if (first_finalized_ < 0 || seq < first_finalized_seq_) {
+    first_finalized_ = peer;
+    first_finalized_seq_ = seq;
+  }
+  MWMS_LOG_DEBUG(kColl, "rank " << peer << " finalized after " << seq << " collective(s)");
+}
+
+std::int64_t ControlPlane::finalized_after(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(finalized_after_.size())) return -1;
+  return finalized_after_[static_cast<std::size_t>(peer)];
+}
+
+void ControlPlane::send_finalized(std::uint64_t collectives) noexcept {
+  if (finalized_sent_) return;
+  finalized_sent_ = true;
+  FrameHeader h;
+  h.kind = static_cast<std::uint8_t>(CollectiveKind::kFinalized);
+  h.root = rank_;
+  h.seq = collectives;
+  common::Deadline d = common::deadline_after(1.0);
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (open_[p]) common::write_exact(links_[p].fd(), &h, kHeader, d);
   }

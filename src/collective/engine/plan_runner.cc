@@ -95,11 +95,34 @@ void PlanRunner::rethrow_link_error(int peer, const ErrorContext& ctx) {
     throw;
   } catch (const PeerError& e) {
     // The peer may have told us why it left: its abort names the real cause.
-    if (control_ != nullptr) control_->drain(peer, c);
+    if (control_ == nullptr) throw PeerError(e.message(), c);
+    control_->drain(peer, c);
+    const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
+    throw_if_finalized(seq, ctx);
+    if (control_->closed(peer) && control_->finalized_after(peer) < 0) {
+      // Note [finalize]: a peer that finalized never leaves a collective it has not completed.
+      // The link's own guess ("the peer process probably died") gives way to what is known.
+      std::string text = e.message().substr(0, e.message().find(" (the peer process probably"));
+      throw PeerError(text + ": rank " + std::to_string(peer) + " closed its connections "
+                      "without finalize(), so it shut down before seq " + std::to_string(seq) +
+                      " completed, or its process died or aborted", c);
+    }
     throw PeerError(e.message(), c);
   } catch (const BackendError& e) {
     throw BackendError(e.message(), e.native_code(), c);
   }
+}
+
+void PlanRunner::throw_if_finalized(std::uint64_t seq, const ErrorContext& ctx) const {
+  const int gone = control_->finalized_before(seq);
+  if (gone < 0) return;
+  // Note [finalize]: every rank takes part in every collective, so this one cannot complete.
+  const std::int64_t after = control_->finalized_after(gone);
+  throw CollectiveMismatchError(
+      "rank " + std::to_string(gone) + " finalized after " + std::to_string(after) +
+          " collective(s) and will not join " + ctx.op + " seq " + std::to_string(seq) +
+          " (every rank must call the same collectives before finalize())",
+      control_->with_peer(ctx, gone));
 }
 
 // Payload bytes of the current send transfer that may go out now (Note [ring gating]).
@@ -265,16 +288,20 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                            " (the peer is stalled, overloaded or stuck before this collective)",
                        c);
   }
+  if (control_ != nullptr) throw_if_finalized(seq, ctx);
   // A peer whose control link closed may still have left its last bytes in shared memory: it is
   // dead only if the links were polled after the close was seen and nothing moved, so this is
-  // checked before sleeping, never right after the poll that saw the close.
+  // checked before sleeping, never right after the poll that saw the close. A peer that
+  // finalized after this collective completed it: its bytes are in the links (Note [finalize]).
   if (control_ != nullptr && waited >= 0 && control_->closed(waited) &&
-      link_to(waited, ctx).wait_fd() < 0) {
+      link_to(waited, ctx).wait_fd() < 0 &&
+      control_->finalized_after(waited) <= static_cast<std::int64_t>(seq)) {
     ErrorContext c = control_->with_peer(ctx, waited);
     c.transport = link_to(waited, ctx).caps().name;
-    throw PeerError("rank " + std::to_string(waited) + " closed its control connection while this "
-                    "rank waited for it in the middle of a collective (the peer process probably "
-                    "died or aborted)", c);
+    throw PeerError("rank " + std::to_string(waited) + " closed its control connection without "
+                    "finalize() while this rank waited for it in " + ctx.op + " seq " +
+                    std::to_string(seq) + ": it shut down before seq " + std::to_string(seq) +
+                    " completed, or its process died or aborted", c);
   }
   pollfd fds[2];
   int k = 0;

@@ -29,8 +29,10 @@ class PlanRunner {
   PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options);
 
   /// Runs `plan` to completion. @throws TimeoutError when no byte moved for timeout_seconds
-  /// (naming the rank to blame, Note [stall blame]), PeerError (a link failed or a peer
-  /// aborted, naming it), CollectiveMismatchError (an envelope describes another call).
+  /// (naming the rank to blame, Note [stall blame]), PeerError (a link failed, a peer aborted,
+  /// or closed without finalizing while this rank waited for it, naming it),
+  /// CollectiveMismatchError (an envelope describes another call, or a peer finalized before
+  /// this collective: Note [finalize]).
   void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
            const ErrorContext& ctx);
 
@@ -43,6 +45,8 @@ class PlanRunner {
   void wait(const Plan& plan, State& st, const ErrorContext& ctx);
   Link& link_to(int peer, const ErrorContext& ctx);
   [[noreturn]] void rethrow_link_error(int peer, const ErrorContext& ctx);
+  // Throws CollectiveMismatchError if a peer finalized before `seq` (Note [finalize]).
+  void throw_if_finalized(std::uint64_t seq, const ErrorContext& ctx) const;
 
   std::vector<Link*> links_;
   ControlPlane* control_;
