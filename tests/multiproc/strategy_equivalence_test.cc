@@ -22,8 +22,9 @@ float target(int step, int row, int k) {
   return static_cast<float>(std::cos(0.11 * (step * 7 + row * 5 + k)));
 }
 
-// Trains on this worker's shard of each global batch and returns W followed by b.
-std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy) {
+// Trains on this worker's shard of each global batch and returns W followed by b. `default_op`:
+// call all_reduce_gradients without an op, which must sum as TF does (the contract of strategy.h).
+std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool default_op) {
   std::vector<float> w(kIn * kOut), b(kOut);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i % 7);
   // Workers start from different values on purpose: the chief's must win.
@@ -43,8 +44,12 @@ std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy) {
         for (int j = 0; j < kIn; ++j) gw[j * kOut + k] += residual * feature(step, row, j);
       }
     }
-    strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}},
-                                  mwms::ReduceOp::kSum);
+    if (default_op) {
+      strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}});
+    } else {
+      strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}},
+                                    mwms::ReduceOp::kSum);
+    }
     for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * gw[i];
     for (std::size_t i = 0; i < b.size(); ++i) b[i] -= 0.5f * gb[i];
   }
@@ -60,12 +65,12 @@ std::vector<float> parse_floats(const std::string& text) {
   return out;
 }
 
-void check_equivalence(int world_size, std::size_t bytes_per_pack) {
+void check_equivalence(int world_size, std::size_t bytes_per_pack, bool default_op = false) {
   mwms::CommunicationOptions options;
   options.bytes_per_pack = bytes_per_pack;
   mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{}, options);
   REQUIRE(single.num_replicas_in_sync() == 1);
-  std::vector<float> expected = train(single);
+  std::vector<float> expected = train(single, default_op);
 
   mwms::testing::LaunchOptions launch;
   launch.world_size = world_size;
@@ -76,7 +81,7 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack) {
     std::ostringstream out;
     out.precision(9);
     out << "weights:";
-    for (float x : train(strategy)) out << " " << x;
+    for (float x : train(strategy, default_op)) out << " " << x;
     report(out.str());
   });
   INFO(mwms::testing::describe(results));
@@ -95,6 +100,10 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack) {
 
 TEST_CASE("2 workers end with the same weights as 1 worker", "[tcp][strategy]") {
   check_equivalence(2, 0);
+}
+
+TEST_CASE("all_reduce_gradients' default op keeps the contract (TF sums)", "[tcp][strategy]") {
+  check_equivalence(2, 0, /*default_op=*/true);
 }
 
 TEST_CASE("3 workers with small buckets end with the same weights as 1 worker", "[tcp][strategy]") {
