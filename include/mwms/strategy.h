@@ -86,11 +86,10 @@ class MWMS_API MultiWorkerMirroredStrategy {
 
   /// All-reduces gradients in place: tensors are packed, in order, into buckets of at most
   /// bytes_per_pack bytes (a larger tensor is reduced on its own, in place), one all-reduce per
-  /// bucket. Every worker must pass the same list of shapes and dtypes. @throws InvalidArgument (null
-  /// data) and as Communicator::all_reduce. `op` defaults to kSum, as TF's MWMS sums the
+  /// bucket. Every worker must pass the same list of shapes and dtypes. @throws InvalidArgument
+  /// (null data) and as Communicator::all_reduce. `op` defaults to kSum, as TF's MWMS sums the
   /// replicas' gradients (scale the loss by the global batch: see the equivalence contract above).
-  void all_reduce_gradients(const std::vector<TensorRef>& gradients,
-                            ReduceOp op = ReduceOp::kSum);
+  void all_reduce_gradients(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
 
   /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar).
   double reduce(ReduceOp op, double value);

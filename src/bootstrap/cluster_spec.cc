@@ -163,7 +163,8 @@ void validate_jobs(const JobMap& jobs, std::string_view where) {
   if (total > bootstrap::kMaxClusterTasks) {
     throw InvalidArgument(std::string(where) + ": the cluster lists " + std::to_string(total) +
                           " tasks, above the limit of " +
-                          std::to_string(bootstrap::kMaxClusterTasks) + " (Note [bounded TF_CONFIG])");
+                          std::to_string(bootstrap::kMaxClusterTasks) +
+                          " (Note [bounded TF_CONFIG])");
   }
   for (const auto& [job, addresses] : jobs) {
     check_job_name(job, where);
@@ -233,8 +234,8 @@ std::vector<std::string> parse_job(const std::string& job, const nlohmann::json&
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string()) {
       throw BootstrapError(std::string(where) + ": " + entry_label(job, i) + " is " +
-                           bootstrap::printable(items[i].dump()) + " (a JSON " + json_type(items[i]) +
-                           "); expected a \"host:port\" string");
+                           bootstrap::printable(items[i].dump()) + " (a JSON " +
+                           json_type(items[i]) + "); expected a \"host:port\" string");
     }
     addresses.push_back(items[i].get<std::string>());
   }

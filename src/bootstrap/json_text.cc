@@ -108,16 +108,17 @@ class BoundedDom {
 
   static std::string quote_if_needed(const std::string& key) {
     bool plain = !key.empty() && key.size() <= 64 &&
-                 key.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                       "0123456789_-") == std::string::npos;
+                 key.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789_-") == std::string::npos;
     return plain ? key : quote_value(key);
   }
 
   bool count() {
     if (++values_ > kMaxConfigValues) {
-      limit_error_ = "holds more than " + std::to_string(kMaxConfigValues) +
-                     " JSON values (at " + path() + "); a cluster has at most " +
-                     std::to_string(kMaxClusterTasks) + " tasks";
+      limit_error_ = "holds more than " + std::to_string(kMaxConfigValues) + " JSON values (at " +
+                     path() + "); a cluster has at most " + std::to_string(kMaxClusterTasks) +
+                     " tasks";
       return false;
     }
     return true;
@@ -224,11 +225,11 @@ json parse_config_json(std::string_view text, std::string_view where) {
   }
   std::size_t bad = invalid_utf8_offset(text);
   if (bad != std::string_view::npos) {
-    throw InvalidArgument(source + ": byte " + std::to_string(bad) + " (" +
-                          hex_byte(static_cast<unsigned char>(text[bad])) +
-                          ") is not valid UTF-8; TF_CONFIG must be UTF-8 JSON (the text before it: " +
-                          printable(text.substr(bad > 40 ? bad - 40 : 0, bad > 40 ? 40 : bad)) +
-                          ")");
+    throw InvalidArgument(
+        source + ": byte " + std::to_string(bad) + " (" +
+        hex_byte(static_cast<unsigned char>(text[bad])) +
+        ") is not valid UTF-8; TF_CONFIG must be UTF-8 JSON (the text before it: " +
+        printable(text.substr(bad > 40 ? bad - 40 : 0, bad > 40 ? 40 : bad)) + ")");
   }
   BoundedDom dom;
   bool ok = false;

@@ -196,7 +196,8 @@ std::optional<TaskSpec> parse_task(const nlohmann::json& doc, std::string_view w
     // TF: task_id None -> "you must also specify `task_type` and `task_id`", even for one task.
     throw BootstrapError(std::string(where) + ": \"task\" of type " + in_quotes(task.type) +
                          " has no \"index\"; say which task this process is, e.g. "
-                         "{\"type\": " + in_quotes(task.type) + ", \"index\": 0} (TensorFlow requires it too)");
+                         "{\"type\": " +
+                         in_quotes(task.type) + ", \"index\": 0} (TensorFlow requires it too)");
   }
   return task;
 }
@@ -224,11 +225,13 @@ std::optional<TaskSpec> parse_task(const nlohmann::json& doc, std::string_view w
 }
 
 // {"chief": [], "worker": [...]}: TF then sees a chief job, so no worker is chief, and the chief
-// task itself is out of range; nobody would lead. Deliberately rejected (Note [TF_CONFIG semantics]).
+// task itself is out of range; nobody would lead. Deliberately rejected:
+// Note [TF_CONFIG semantics].
 void check_empty_chief(const nlohmann::json& jobs, std::string_view where) {
   auto it = jobs.find("chief");
   if (it == jobs.end() || !(it->is_array() || it->is_object()) || !it->empty()) return;
-  throw BootstrapError(std::string(where) + ": cluster.chief is listed with no task; TensorFlow "
+  throw BootstrapError(std::string(where) +
+                       ": cluster.chief is listed with no task; TensorFlow "
                        "would then have no chief at all (worker 0 leads only when there is no "
                        "\"chief\" job): list the chief's address or remove the empty job");
 }

@@ -110,7 +110,8 @@ TEST_CASE("3 workers with small buckets end with the same weights as 1 worker", 
   check_equivalence(3, 64);  // several buckets, and W larger than a bucket
 }
 
-TEST_CASE("batch_shard splits a global batch into near-equal contiguous parts", "[unit][strategy]") {
+TEST_CASE("batch_shard splits a global batch into near-equal contiguous parts",
+          "[unit][strategy]") {
   mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{});
   mwms::Shard s = single.batch_shard(10);
   CHECK(s.begin == 0);

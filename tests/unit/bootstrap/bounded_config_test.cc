@@ -38,57 +38,87 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   std::string two = R"({"cluster":{"worker":["a.example:1","b.example:1"]},)";
   out.push_back({"invalid UTF-8 in a string",
-                 two + R"("task":{"type":"work)" + std::string("\xFF") + R"(er","index":0}})", true,
+                 two + R"("task":{"type":"work)" + std::string("\xFF") + R"(er","index":0}})",
+                 true,
                  {"not valid UTF-8", "\\xFF", "byte 72"}});
-  out.push_back({"invalid UTF-8 outside strings", two + "\xC3\x28" + R"("task":{}})", true,
+  out.push_back({"invalid UTF-8 outside strings",
+                 two + "\xC3\x28" + R"("task":{}})",
+                 true,
                  {"not valid UTF-8", "\\xC3"}});
-  out.push_back({"overlong UTF-8", two + R"("task":{"type":")" + std::string("\xC0\xAF") +
-                                       R"(","index":0}})", true, {"not valid UTF-8", "\\xC0"}});
-  out.push_back({"UTF-16 surrogate in UTF-8", two + R"("x":")" + std::string("\xED\xA0\x80") +
-                                                  R"(","task":{"type":"worker","index":0}})",
-                 true, {"not valid UTF-8", "\\xED"}});
-  out.push_back({"1e309 as the index", two + R"("task":{"type":"worker","index":1e309}})", true,
+  out.push_back({"overlong UTF-8",
+                 two + R"("task":{"type":")" + std::string("\xC0\xAF") + R"(","index":0}})",
+                 true,
+                 {"not valid UTF-8", "\\xC0"}});
+  out.push_back(
+      {"UTF-16 surrogate in UTF-8",
+       two + R"("x":")" + std::string("\xED\xA0\x80") + R"(","task":{"type":"worker","index":0}})",
+       true,
+       {"not valid UTF-8", "\\xED"}});
+  out.push_back({"1e309 as the index",
+                 two + R"("task":{"type":"worker","index":1e309}})",
+                 true,
                  {"\"1e309\"", "task.index", "does not fit"}});
-  out.push_back({"-1e999 as an address",
-                 R"({"cluster":{"worker":["a.example:1",-1e999]},"task":{"type":"worker","index":0}})",
-                 true, {"\"-1e999\"", "cluster.worker[1]"}});
+  out.push_back(
+      {"-1e999 as an address",
+       R"({"cluster":{"worker":["a.example:1",-1e999]},"task":{"type":"worker","index":0}})",
+       true,
+       {"\"-1e999\"", "cluster.worker[1]"}});
   out.push_back({"10 MB host name",
-                 tf_config_with_workers({std::string(10u << 20, 'h') + ":2222"}), true,
+                 tf_config_with_workers({std::string(10u << 20, 'h') + ":2222"}),
+                 true,
                  {"above the limit of 1048576 bytes"}});
-  out.push_back({"5 MiB address", tf_config_with_workers({"a.example:1", std::string(5u << 20, '9')}),
-                 true, {"above the limit"}});
-  out.push_back({"300-byte host name", tf_config_with_workers({std::string(300, 'h') + ":1"}),
-                 false, {"cluster.worker[0]", "is 302 bytes", "at most 261", "(302 bytes)"}});
+  out.push_back({"5 MiB address",
+                 tf_config_with_workers({"a.example:1", std::string(5u << 20, '9')}),
+                 true,
+                 {"above the limit"}});
+  out.push_back({"300-byte host name",
+                 tf_config_with_workers({std::string(300, 'h') + ":1"}),
+                 false,
+                 {"cluster.worker[0]", "is 302 bytes", "at most 261", "(302 bytes)"}});
   out.push_back({"254-byte host name",
                  tf_config_with_workers({std::string(63, 'a') + "." + std::string(63, 'b') + "." +
                                          std::string(63, 'c') + "." + std::string(62, 'd') + ":1"}),
-                 false, {"host of 254 bytes", "at most 253"}});
-  out.push_back({"64-byte label", tf_config_with_workers({std::string(64, 'l') + ".example:1"}),
-                 false, {"label", "64 bytes", "at most 63"}});
-  out.push_back({"port 65536", tf_config_with_workers({"a.example:65536"}), false,
-                 {"above 65535"}});
-  out.push_back({"deep nesting", std::string(100000, '[') + std::string(100000, ']'), true,
+                 false,
+                 {"host of 254 bytes", "at most 253"}});
+  out.push_back({"64-byte label",
+                 tf_config_with_workers({std::string(64, 'l') + ".example:1"}),
+                 false,
+                 {"label", "64 bytes", "at most 63"}});
+  out.push_back(
+      {"port 65536", tf_config_with_workers({"a.example:65536"}), false, {"above 65535"}});
+  out.push_back({"deep nesting",
+                 std::string(100000, '[') + std::string(100000, ']'),
+                 true,
                  {"deeper than 16"}});
   out.push_back({"deep nesting inside the cluster",
                  R"({"cluster":{"worker":)" + std::string(50, '[') + std::string(50, ']') + "}}",
-                 true, {"deeper than 16", "cluster.worker"}});
-  out.push_back({"huge array", R"({"cluster":{"worker":[)" + [] {
-                   std::string items;
-                   for (int i = 0; i < 100000; ++i) items += i ? ",0" : "0";
-                   return items;
-                 }() + "]}}",
-                 true, {"more than 65536 JSON values"}});
+                 true,
+                 {"deeper than 16", "cluster.worker"}});
+  out.push_back({"huge array",
+                 R"({"cluster":{"worker":[)" +
+                     [] {
+                       std::string items;
+                       for (int i = 0; i < 100000; ++i) items += i ? ",0" : "0";
+                       return items;
+                     }() +
+                     "]}}",
+                 true,
+                 {"more than 65536 JSON values"}});
   std::vector<std::string> many;
   for (int i = 0; i < 5000; ++i) many.push_back("w" + std::to_string(i) + ".example:1");
-  out.push_back({"5000 tasks", tf_config_with_workers(many), true,
-                 {"5000 tasks", "limit of 4096"}});
+  out.push_back(
+      {"5000 tasks", tf_config_with_workers(many), true, {"5000 tasks", "limit of 4096"}});
   out.push_back({"an index that does not fit an int",
-                 two + R"("task":{"type":"worker","index":99999999999999999999999}})", false,
+                 two + R"("task":{"type":"worker","index":99999999999999999999999}})",
+                 false,
                  {"task.index"}});
   out.push_back({"control bytes in a value",
                  R"({"cluster":{"worker":["a\u0001b:1"]},"task":{"type":"worker","index":0}})",
-                 false, {"\\x01"}});
-  out.push_back({"truncated", two + R"("task":{"type":"worker","ind)", false,
+                 false,
+                 {"\\x01"}});
+  out.push_back({"truncated",
+                 two + R"("task":{"type":"worker","ind)",
+                 false,
                  {"malformed JSON", "line 1, column"}});
   return out;
 }
@@ -162,7 +192,9 @@ TEST_CASE("cluster spec files have the same bounds", "[unit][bootstrap][bounded]
   std::string host = std::string(63, 'a') + "." + std::string(63, 'b') + "." +
                      std::string(63, 'c') + "." + std::string(61, 'd');
   REQUIRE(host.size() == 253);
-  CHECK(mwms::ClusterSpec({{"worker", {host + ":65535", "[" + host + "]:1"}}}).num_tasks("worker") == 2);
+  CHECK(
+      mwms::ClusterSpec({{"worker", {host + ":65535", "[" + host + "]:1"}}}).num_tasks("worker") ==
+      2);
   CHECK(mwms::split_address("h:00002222").second == 2222);
 }
 

@@ -187,8 +187,9 @@ TEST_CASE("IPv6 addresses and index forms", "[unit][bootstrap]") {
 
 TEST_CASE("task or index omitted: an error as in TensorFlow, even for one task",
           "[unit][bootstrap]") {
-  CHECK_THAT(tf_error(R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}})"),
-             Contains(kWhere) && Contains("no \"task\"") && Contains("1 training task (worker 0 at a:1)"));
+  CHECK_THAT(
+      tf_error(R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}})"),
+      Contains(kWhere) && Contains("no \"task\"") && Contains("1 training task (worker 0 at a:1)"));
   CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"]}, "task": {}})"), Contains("no \"task\""));
   CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"]}, "task": null})"), Contains("no \"task\""));
   CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]}})"),

@@ -53,7 +53,8 @@ const Deliberate kDeliberate[] = {
 };
 
 json load_vectors() {
-  std::string path = std::string(MWMS_SOURCE_DIR) + "/tests/data/tfconfig/tf_semantics_vectors.json";
+  std::string path =
+      std::string(MWMS_SOURCE_DIR) + "/tests/data/tfconfig/tf_semantics_vectors.json";
   std::ifstream in(path);
   INFO("reading " << path);
   REQUIRE(in.good());
