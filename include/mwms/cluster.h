@@ -24,9 +24,10 @@ class MWMS_API ClusterSpec {
 
   /// Parses a JSON object {"worker": ["h:p", ...], "chief": [...], ...}; `where` names the source
   /// in messages (e.g. "TF_CONFIG cluster"). Validates job names, address syntax (empty address,
-  /// missing/non-numeric port, port 0 or > 65535 are rejected naming `cluster.worker[1]`), at
-  /// most one chief and one evaluator, duplicated addresses, and loopback names mixed with routable
-  /// addresses. @throws BootstrapError.
+  /// missing/non-numeric port, port 0 or > 65535, an address over 261 bytes, a host over 253 or a
+  /// label over 63 bytes are rejected naming `cluster.worker[1]`), at most one chief and one
+  /// evaluator, duplicated addresses, and loopback names mixed with routable addresses.
+  /// @throws BootstrapError; InvalidArgument for the limits of Note [bounded TF_CONFIG].
   static ClusterSpec from_json(std::string_view json, std::string_view where = "cluster");
 
   /// Jobs in name order.
@@ -61,7 +62,8 @@ struct MWMS_API ResolvedCluster {
   TaskSpec task;
   int task_id = 0;          ///< rank in the ring (TF's id_in_cluster); 0 for an evaluator
   int num_workers = 1;      ///< world size: chiefs + workers (1 for an evaluator)
-  bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief
+  bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief; an
+                            ///< evaluator is chief of its own world (multi_worker_util.is_chief)
   bool in_ring = true;      ///< false for an evaluator: its own world of one, never joins the ring
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
   ClusterSource source = ClusterSource::kDefault;
@@ -74,13 +76,20 @@ struct MWMS_API ResolvedCluster {
   std::string task_name_of_rank(int rank) const;
 };
 
-/// Resolves a TF_CONFIG JSON string with TensorFlow's rules. `where` names the source in errors.
-/// Errors (all BootstrapError, naming task and address): malformed JSON, no "cluster" (naming the
-/// keys that were found, e.g. Kubeflow's "sparseCluster"), missing "task", task type not in the
-/// cluster, index out of range, two chiefs, a job name TF does not allow (a "master" job gets a hint
-/// to use "chief"), a process started as "ps" (all-reduce strategies use no parameter servers).
-/// An evaluator resolves to its own world of one (in_ring = false). Unknown keys
-/// ("environment", "rpc_layer", extra fields inside "task") are ignored.
+/// Resolves a TF_CONFIG JSON string with TensorFlow's rules (those of TFConfigClusterResolver,
+/// multi_worker_util and CollectiveAllReduceExtended, checked against TF 2.21 over the vectors of
+/// tests/data/tfconfig/tf_semantics_vectors.json). "{}" or a cluster with no job is local training
+/// (a world of one); otherwise "task" with "type" and "index" is required. An evaluator resolves
+/// to its own world of one (in_ring = false, is_chief = true). Unknown keys ("environment",
+/// "rpc_layer", extra fields inside "task") are ignored. `where` names the source in errors.
+/// @throws BootstrapError (naming task and address): malformed JSON, no "cluster" (naming the keys
+///   that were found, e.g. Kubeflow's "sparseCluster"), missing "task"/"type"/"index", task type
+///   not in the cluster, index out of range, two chiefs, a job name TF does not allow (a "master"
+///   job gets a hint to use "chief"), a process started as "ps", and libmwms's deliberate stricter
+///   checks (docs/tf_config.md: address syntax and length, duplicates, loopback mixing, ...).
+/// @throws InvalidArgument when the text breaks a limit of Note [bounded TF_CONFIG]: over 1 MiB,
+///   invalid UTF-8, nesting over 16, over 4096 tasks, a number that does not fit a double.
+/// Nothing else escapes (no nlohmann exception). Thread-safe; reads no environment.
 MWMS_API ResolvedCluster resolve_tf_config(std::string_view tf_config_json,
                                            std::string_view where = "TF_CONFIG");
 

@@ -7,10 +7,12 @@
 ///
 /// On the CPU each worker has one local replica, so num_replicas_in_sync() == number of workers.
 ///
-/// Equivalence contract: with per-replica gradients computed as sum(loss_i) / global_batch_size over
-/// the replica's shard (TF's compute_average_loss) and all_reduce_gradients(..., ReduceOp::kSum),
+/// Equivalence contract (TF's): with per-replica gradients computed as sum(loss_i) /
+/// global_batch_size over the replica's shard (tf.nn.compute_average_loss) and
+/// all_reduce_gradients(gradients), which SUMS them as TF's MultiWorkerMirroredStrategy does,
 /// N workers end with the same weights as one worker on the same global batch, up to float
-/// rounding. With ReduceOp::kMean and equal shards the result is the same.
+/// rounding. ReduceOp::kMean is only for gradients of a per-shard mean loss (divided by the shard
+/// size, not the global batch); combined with compute_average_loss it would divide by N twice.
 #pragma once
 
 #include <cstddef>
@@ -84,10 +86,10 @@ class MWMS_API MultiWorkerMirroredStrategy {
 
   /// All-reduces gradients in place: tensors are packed, in order, into buckets of at most
   /// bytes_per_pack bytes (a larger tensor is reduced on its own, in place), one all-reduce per
-  /// bucket. Every worker must pass the same list of shapes and dtypes. @throws InvalidArgument (null
-  /// data) and as Communicator::all_reduce.
-  void all_reduce_gradients(const std::vector<TensorRef>& gradients,
-                            ReduceOp op = ReduceOp::kMean);
+  /// bucket. Every worker must pass the same list of shapes and dtypes. @throws InvalidArgument
+  /// (null data) and as Communicator::all_reduce. `op` defaults to kSum, as TF's MWMS sums the
+  /// replicas' gradients (scale the loss by the global batch: see the equivalence contract above).
+  void all_reduce_gradients(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
 
   /// Gradient all-reduce overlapped with backprop (PyTorch DDP's Reducer, Horovod's
   /// allreduce_async): begin_gradient_sync() declares this step's gradient tensors **in the order

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mwms/cluster.h"
+#include "bootstrap/json_text.h"
 #include "mwms/errors.h"
 
 namespace mwms {
@@ -27,7 +28,8 @@ constexpr const char* kAllowedJobs = "chief, worker, ps, evaluator";
 // Only these jobs carry gradients; "ps" and "evaluator" never join the all-reduce ring.
 constexpr const char* kTrainingJobs[] = {"chief", "worker"};
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+// Escaped and cut to a bounded length: values may be 1 MiB of anything (Note [bounded TF_CONFIG]).
+std::string in_quotes(std::string_view text) { return bootstrap::quote_value(text); }
 
 std::string entry_name(const std::string& job, std::size_t index) {
   return "cluster." + job + "[" + std::to_string(index) + "]";
@@ -77,6 +79,30 @@ int parse_port(std::string_view port, std::string_view address, std::string_view
   if (value == 0) return fail("has port 0; a task needs a fixed port to be reachable");
   if (value > 65535) return fail("has port " + std::string(port) + ", above 65535");
   return static_cast<int>(value);
+}
+
+// RFC 1035/1123: a host name is at most 253 bytes, each dot-separated label at most 63.
+void check_host_length(std::string_view host, std::string_view address, std::string_view where) {
+  auto fail = [&](const std::string& why) {
+    throw BootstrapError(std::string(where) + ": address " + in_quotes(address) + " " + why);
+  };
+  if (host.size() > bootstrap::kMaxHostBytes) {
+    fail("has a host of " + std::to_string(host.size()) + " bytes; a host name is at most " +
+         std::to_string(bootstrap::kMaxHostBytes) + " bytes (RFC 1035)");
+  }
+  if (host.find(':') != std::string_view::npos) return;  // an IPv6 literal has no labels
+  std::size_t start = 0;
+  while (start <= host.size()) {
+    std::size_t dot = host.find('.', start);
+    std::size_t end = dot == std::string_view::npos ? host.size() : dot;
+    if (end - start > bootstrap::kMaxLabelBytes) {
+      fail("has the host label " + in_quotes(host.substr(start, end - start)) + " of " +
+           std::to_string(end - start) + " bytes; a label is at most " +
+           std::to_string(bootstrap::kMaxLabelBytes) + " bytes (RFC 1035)");
+    }
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
 }
 
 void validate_address(const std::string& job, std::size_t index, const std::string& address,
@@ -132,6 +158,14 @@ void check_loopback_mix(const JobMap& jobs, std::string_view where) {
 }
 
 void validate_jobs(const JobMap& jobs, std::string_view where) {
+  std::size_t total = 0;
+  for (const auto& entry : jobs) total += entry.second.size();
+  if (total > bootstrap::kMaxClusterTasks) {
+    throw InvalidArgument(std::string(where) + ": the cluster lists " + std::to_string(total) +
+                          " tasks, above the limit of " +
+                          std::to_string(bootstrap::kMaxClusterTasks) +
+                          " (Note [bounded TF_CONFIG])");
+  }
   for (const auto& [job, addresses] : jobs) {
     check_job_name(job, where);
     for (std::size_t i = 0; i < addresses.size(); ++i)
@@ -200,8 +234,8 @@ std::vector<std::string> parse_job(const std::string& job, const nlohmann::json&
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string()) {
       throw BootstrapError(std::string(where) + ": " + entry_label(job, i) + " is " +
-                           items[i].dump() + " (a JSON " + json_type(items[i]) +
-                           "); expected a \"host:port\" string");
+                           bootstrap::printable(items[i].dump()) + " (a JSON " +
+                           json_type(items[i]) + "); expected a \"host:port\" string");
     }
     addresses.push_back(items[i].get<std::string>());
   }
@@ -221,12 +255,7 @@ ClusterSpec::ClusterSpec(std::map<std::string, std::vector<std::string>> jobs) {
 }
 
 ClusterSpec ClusterSpec::from_json(std::string_view json, std::string_view where) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(json.begin(), json.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw BootstrapError(std::string(where) + ": malformed JSON (" + e.what() + ")");
-  }
+  nlohmann::json doc = bootstrap::parse_config_json(json, where);
   if (!doc.is_object()) {
     throw BootstrapError(std::string(where) + ": the cluster is a JSON " + json_type(doc) +
                          "; expected an object such as {\"worker\": [\"host1:2222\", " +
@@ -283,6 +312,11 @@ std::pair<std::string, int> split_address(std::string_view address, std::string_
     throw BootstrapError(std::string(where) + ": address " + in_quotes(address) + " " + why);
   };
   if (address.empty()) return fail("is empty; expected \"host:port\" or \"[ipv6]:port\"");
+  if (address.size() > bootstrap::kMaxAddressBytes) {
+    return fail("is " + std::to_string(address.size()) + " bytes; an address is at most " +
+                std::to_string(bootstrap::kMaxAddressBytes) +
+                " bytes (a host name of at most 253 bytes, brackets, ':' and the port)");
+  }
   if (has_space_or_control(address)) return fail("contains white space");
   if (address.find("://") != std::string_view::npos) {
     return fail("has a URL scheme; cluster addresses are plain \"host:port\" (TF_CONFIG's " +
@@ -312,6 +346,7 @@ std::pair<std::string, int> split_address(std::string_view address, std::string_
     }
     if (host.find_first_of("[]/") != std::string_view::npos) return fail("has an invalid host");
   }
+  check_host_length(host, address, where);
   int number = parse_port(port, address, where);
   return {std::string(host), number};
 }

@@ -290,6 +290,10 @@ void log_ring(const ResolvedCluster& c) {
 }  // namespace
 
 IoResult send_message(int fd, MessageKind kind, const std::string& text, Deadline deadline) {
+  // Refuse here what the receiver would refuse as a protocol error: the sender then reports the
+  // true cause ("Message too long") instead of the peer seeing a broken frame. TF_CONFIG's limits
+  // (Note [bounded TF_CONFIG]) keep real rendezvous messages far below kMaxMessageBytes.
+  if (text.size() > kMaxMessageBytes) return {IoStatus::kError, EMSGSIZE};
   MessageHeader h{kMagic, kVersion, static_cast<std::uint32_t>(kind),
                   static_cast<std::uint32_t>(text.size())};
   IoResult r = common::write_exact(fd, &h, sizeof(h), deadline);

@@ -2,13 +2,22 @@
 // (TFConfigClusterResolver + multi_worker_util): chief -> id 0, worker i -> i + number of chiefs,
 // the chief (or worker 0 without a chief) leads, ps and evaluator stay out of the ring.
 //
-// Choices where TensorFlow is silent or lenient (documented in docs/ by the bootstrap owner):
-//  - TF_CONFIG "{}" and an empty "cluster" with no "task" (or task worker/chief 0) resolve to a
-//    world of one, as TF runs such a process locally.
-//  - No "task" is accepted only when the cluster has exactly one training task (chief or worker):
-//    that task is this process. With more, which one we are is ambiguous, so it is an error.
-//  - "index" may be an integer, an integral number (1.0) or an integer string ("1"), as TF's
-//    int(task['index']) accepts; a missing index means 0 only when the job has a single task.
+// Note [TF_CONFIG semantics]: the values follow CollectiveAllReduceExtended._initialize_strategy
+// exactly, checked against TensorFlow itself over ~600 TF_CONFIGs
+// (tests/data/tfconfig/tf_semantics_vectors.json, scripts/tf_semantics_vectors.py):
+//  - TF_CONFIG "{}" and a "cluster" with no jobs at all ({}) are local training: a world of one,
+//    chief, whatever "task" says (TF never reads the task then).
+//  - Otherwise "task" with "type" and "index" is required, even for a one-task cluster, and a
+//    listed job with no tasks counts: {"worker": []} with task worker 0 is out of range.
+//  - An evaluator is chief of its own world of one (multi_worker_util.is_chief).
+//  - "index" may be an integer, an integral number (1.0) or a decimal string ("1").
+// Deliberate, documented differences, where TF accepts (docs/tf_config.md, the unit test's table):
+// the text must be a JSON object with a "cluster" key (TF treats "[]" or a missing cluster as
+// local), "master" and unknown task types are rejected even with an empty cluster, address syntax
+// (port 1..65535, no scheme, bounded host names), duplicate addresses, loopback mixed with
+// routable addresses, sparse dict jobs, an empty "chief" job next to workers (TF would then have
+// no chief at all), a negative, fractional or boolean index, and the size limits of
+// Note [bounded TF_CONFIG].
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -18,13 +27,14 @@
 #include <vector>
 
 #include "mwms/cluster.h"
+#include "bootstrap/json_text.h"
 #include "mwms/errors.h"
 
 namespace mwms {
 
 namespace {
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+std::string in_quotes(std::string_view text) { return bootstrap::quote_value(text); }
 
 std::string task_label(const TaskSpec& task) {
   return task.type + " " + std::to_string(task.index);
@@ -68,11 +78,11 @@ void check_task_type(const TaskSpec& task, std::string_view where) {
 }
 
 // Shared by TF_CONFIG, flags and explicit specs: `cluster` is already validated.
+// `local`: the cluster lists no job at all, which TF runs as local training (a world of one).
 ResolvedCluster resolve_task(const ClusterSpec& cluster, const TaskSpec& task,
-                             std::string_view where) {
+                             std::string_view where, bool local) {
   check_task_type(task, where);
-  bool training = task.type == "chief" || task.type == "worker";
-  if (cluster.jobs().empty() && training && task.index == 0) return world_of_one(cluster, task);
+  if (local) return world_of_one(cluster, task);
   int count = cluster.num_tasks(task.type);
   if (count == 0) {
     throw BootstrapError(std::string(where) + ": this process is task " + task_label(task) +
@@ -98,11 +108,11 @@ ResolvedCluster resolve_task(const ClusterSpec& cluster, const TaskSpec& task,
   r.cluster = cluster;
   r.task = task;
   if (task.type == "evaluator") {
-    // TF keeps the evaluator outside the training cluster: it is its own world of one and does
-    // not lead training (it never writes the training checkpoints).
+    // TF keeps the evaluator outside the training cluster: it is its own world of one, and the
+    // chief of it (multi_worker_util.is_chief returns True for "evaluator").
     r.task_id = 0;
     r.num_workers = 1;
-    r.is_chief = false;
+    r.is_chief = true;
     r.in_ring = false;
     r.ring = {address};
     return r;
@@ -123,16 +133,11 @@ ResolvedCluster resolve_task(const ClusterSpec& cluster, const TaskSpec& task,
 }
 
 nlohmann::json parse_object(std::string_view text, std::string_view where, const char* expected) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() carries nlohmann's "at line L, column C" position.
-    throw BootstrapError(std::string(where) + ": malformed JSON (" + e.what() + ")");
-  }
+  nlohmann::json doc = bootstrap::parse_config_json(text, where);
   if (!doc.is_object()) {
     throw BootstrapError(std::string(where) + ": expected a JSON object " + expected +
-                         ", got a JSON " + doc.type_name() + " (" + doc.dump().substr(0, 80) + ")");
+                         ", got a JSON " + doc.type_name() + " (" +
+                         bootstrap::printable(doc.dump()) + ")");
   }
   return doc;
 }
@@ -141,7 +146,7 @@ std::optional<int> parse_index(const nlohmann::json& value, std::string_view whe
                                const std::string& type) {
   auto fail = [&]() -> std::optional<int> {
     throw BootstrapError(std::string(where) + ": task.index of the " + in_quotes(type) +
-                         " task is " + value.dump() +
+                         " task is " + bootstrap::printable(value.dump()) +
                          "; expected a non-negative integer such as 0 or 1");
   };
   long long index = 0;
@@ -167,9 +172,9 @@ std::optional<int> parse_index(const nlohmann::json& value, std::string_view whe
   return static_cast<int>(index);  // negative values are reported as out of range by the caller
 }
 
-// Returns no task when TF_CONFIG has none (absent, null or {}).
-std::optional<TaskSpec> parse_task(const nlohmann::json& doc, const ClusterSpec& cluster,
-                                   std::string_view where) {
+// Returns no task when TF_CONFIG has none (absent, null or {}). `local`: the cluster lists no job,
+// so TF never reads the task and a missing index is harmless.
+std::optional<TaskSpec> parse_task(const nlohmann::json& doc, std::string_view where, bool local) {
   auto it = doc.find("task");
   if (it == doc.end() || it->is_null() || (it->is_object() && it->empty())) return std::nullopt;
   if (!it->is_object()) {
@@ -178,8 +183,8 @@ std::optional<TaskSpec> parse_task(const nlohmann::json& doc, const ClusterSpec&
   }
   auto type = it->find("type");
   if (type == it->end() || !type->is_string()) {
-    throw BootstrapError(std::string(where) + ": \"task\" " + it->dump() + " has " +
-                         (type == it->end() ? "no \"type\"" : "a non-string \"type\"") +
+    throw BootstrapError(std::string(where) + ": \"task\" " + bootstrap::printable(it->dump()) +
+                         " has " + (type == it->end() ? "no \"type\"" : "a non-string \"type\"") +
                          "; expected {\"type\": \"worker\", \"index\": 0}");
   }
   TaskSpec task;
@@ -187,34 +192,48 @@ std::optional<TaskSpec> parse_task(const nlohmann::json& doc, const ClusterSpec&
   auto index = it->find("index");
   if (index != it->end() && !index->is_null()) {
     task.index = *parse_index(*index, where, task.type);
-  } else if (cluster.num_tasks(task.type) > 1) {
+  } else if (!local) {
+    // TF: task_id None -> "you must also specify `task_type` and `task_id`", even for one task.
     throw BootstrapError(std::string(where) + ": \"task\" of type " + in_quotes(task.type) +
-                         " has no \"index\" but cluster." + task.type + " has " +
-                         std::to_string(cluster.num_tasks(task.type)) +
-                         " tasks; say which one this process is");
+                         " has no \"index\"; say which task this process is, e.g. "
+                         "{\"type\": " +
+                         in_quotes(task.type) + ", \"index\": 0} (TensorFlow requires it too)");
   }
   return task;
 }
 
-// No "task": only unambiguous when the cluster has a single training task.
-TaskSpec implied_task(const ClusterSpec& cluster, std::string_view where) {
-  std::vector<TaskSpec> training;
+// No "task" in a cluster with jobs: TF raises; list the tasks this process could be.
+[[noreturn]] void throw_missing_task(const ClusterSpec& cluster, std::string_view where) {
   std::string listing;
+  int training = 0;
   for (const char* job : {"chief", "worker"}) {
-    for (int i = 0; i < cluster.num_tasks(job); ++i) {
-      training.push_back(TaskSpec{job, i});
-      listing += (listing.empty() ? "" : ", ") + std::string(job) + " " + std::to_string(i) +
-                 " at " + cluster.task_address(job, i);
+    for (int i = 0; i < cluster.num_tasks(job); ++i, ++training) {
+      if (training < 8) {
+        listing += (listing.empty() ? "" : ", ") + std::string(job) + " " + std::to_string(i) +
+                   " at " + cluster.task_address(job, i);
+      }
     }
   }
-  if (cluster.jobs().empty()) return TaskSpec{"worker", 0};
-  if (training.size() == 1) return training.front();
-  std::string why = training.empty()
+  if (training > 8) listing += ", ...";
+  std::string why = training == 0
                         ? "the cluster has no chief or worker task (" + describe_jobs(cluster) + ")"
-                        : "the cluster has " + std::to_string(training.size()) +
-                              " training tasks (" + listing + ")";
+                        : "the cluster has " + std::to_string(training) + " training task" +
+                              (training == 1 ? "" : "s") + " (" + listing + ")";
   throw BootstrapError(std::string(where) + ": no \"task\" but " + why +
-                       "; every process needs \"task\": {\"type\": \"worker\", \"index\": N}");
+                       "; every process needs \"task\": {\"type\": \"worker\", \"index\": N} "
+                       "(TensorFlow requires it too)");
+}
+
+// {"chief": [], "worker": [...]}: TF then sees a chief job, so no worker is chief, and the chief
+// task itself is out of range; nobody would lead. Deliberately rejected:
+// Note [TF_CONFIG semantics].
+void check_empty_chief(const nlohmann::json& jobs, std::string_view where) {
+  auto it = jobs.find("chief");
+  if (it == jobs.end() || !(it->is_array() || it->is_object()) || !it->empty()) return;
+  throw BootstrapError(std::string(where) +
+                       ": cluster.chief is listed with no task; TensorFlow "
+                       "would then have no chief at all (worker 0 leads only when there is no "
+                       "\"chief\" job): list the chief's address or remove the empty job");
 }
 
 std::string keys_of(const nlohmann::json& doc) {
@@ -229,6 +248,7 @@ ResolvedCluster resolve_tf_config(std::string_view tf_config_json, std::string_v
   nlohmann::json doc =
       parse_object(tf_config_json, where, "with \"cluster\" and \"task\" (TF_CONFIG)");
   ClusterSpec cluster;
+  bool local = true;  // "{}" or "cluster": {} (Note [TF_CONFIG semantics])
   if (!doc.empty()) {
     auto it = doc.find("cluster");
     if (it == doc.end()) {
@@ -245,10 +265,13 @@ ResolvedCluster resolve_tf_config(std::string_view tf_config_json, std::string_v
       throw BootstrapError(std::string(where) + ": \"cluster\" is a JSON " + it->type_name() +
                            "; expected an object mapping job names to address lists");
     }
+    local = it->empty();
+    check_empty_chief(*it, where);
     cluster = ClusterSpec::from_json(it->dump(), where);
   }
-  std::optional<TaskSpec> task = parse_task(doc, cluster, where);
-  ResolvedCluster r = resolve_task(cluster, task ? *task : implied_task(cluster, where), where);
+  std::optional<TaskSpec> task = parse_task(doc, where, local);
+  if (!task && !local) throw_missing_task(cluster, where);
+  ResolvedCluster r = resolve_task(cluster, task ? *task : TaskSpec{"worker", 0}, where, local);
   r.source = ClusterSource::kTfConfig;
   r.source_detail = std::string(where);
   return r;
@@ -265,19 +288,23 @@ ResolvedCluster resolve_flags(std::string_view job_name, int task_index,
     throw BootstrapError(std::string(kWhere) + ": \"cluster\" is a JSON " + it->type_name() +
                          "; expected an object mapping job names to address lists");
   }
-  ClusterSpec cluster = ClusterSpec::from_json((it != doc.end() ? *it : doc).dump(), kWhere);
+  const nlohmann::json& jobs = it != doc.end() ? *it : doc;
+  check_empty_chief(jobs, kWhere);
+  ClusterSpec cluster = ClusterSpec::from_json(jobs.dump(), kWhere);
   if (job_name.empty()) {
     throw BootstrapError("--job_name is empty; give chief, worker or evaluator with --task_index");
   }
   TaskSpec task{std::string(job_name), task_index};
-  ResolvedCluster r = resolve_task(cluster, task, "--job_name/--task_index/--cluster_spec");
+  ResolvedCluster r =
+      resolve_task(cluster, task, "--job_name/--task_index/--cluster_spec", jobs.empty());
   r.source = ClusterSource::kFlags;
   r.source_detail = "--job_name/--task_index/--cluster_spec";
   return r;
 }
 
 ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task) {
-  ResolvedCluster r = resolve_task(cluster, task, "explicit ClusterSpec/TaskSpec");
+  ResolvedCluster r =
+      resolve_task(cluster, task, "explicit ClusterSpec/TaskSpec", cluster.jobs().empty());
   r.source = ClusterSource::kExplicit;
   r.source_detail = "explicit ClusterSpec/TaskSpec";
   return r;

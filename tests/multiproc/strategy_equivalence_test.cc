@@ -24,10 +24,15 @@ float target(int step, int row, int k) {
   return static_cast<float>(std::cos(0.11 * (step * 7 + row * 5 + k)));
 }
 
-// Trains on this worker's shard of each global batch and returns W followed by b. overlap: the
-// gradients go through begin_gradient_sync / gradient_ready / finish_gradient_sync, b's gradient
-// declared (and marked) first, as backprop would finish the last layer first.
-std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool overlap = false) {
+// How train() reduces its gradients: all_reduce_gradients with kSum; all_reduce_gradients without
+// an op, which must sum as TF does (the contract of strategy.h); or overlapped, through
+// begin_gradient_sync / gradient_ready / finish_gradient_sync, b's gradient declared (and marked)
+// first, as backprop would finish the last layer first.
+enum class Sync { kSum, kDefaultOp, kOverlap };
+
+// Trains on this worker's shard of each global batch and returns W followed by b.
+std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, Sync sync = Sync::kSum) {
+  const bool overlap = sync == Sync::kOverlap;
   std::vector<float> w(kIn * kOut), b(kOut);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i % 7);
   // Workers start from different values on purpose: the chief's must win.
@@ -54,6 +59,8 @@ std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool overl
     if (overlap) {
       strategy.gradient_ready(0);
       strategy.finish_gradient_sync();  // marks gw ready
+    } else if (sync == Sync::kDefaultOp) {
+      strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}});
     } else {
       strategy.all_reduce_gradients({{gw.data(), gw.size()}, {gb.data(), gb.size()}},
                                     mwms::ReduceOp::kSum);
@@ -73,12 +80,12 @@ std::vector<float> parse_floats(const std::string& text) {
   return out;
 }
 
-void check_equivalence(int world_size, std::size_t bytes_per_pack, bool overlap = false) {
+void check_equivalence(int world_size, std::size_t bytes_per_pack, Sync sync = Sync::kSum) {
   mwms::CommunicationOptions options;
   options.bytes_per_pack = bytes_per_pack;
   mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{}, options);
   REQUIRE(single.num_replicas_in_sync() == 1);
-  std::vector<float> expected = train(single);
+  std::vector<float> expected = train(single, sync);
 
   mwms::testing::LaunchOptions launch;
   launch.world_size = world_size;
@@ -89,7 +96,7 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack, bool overlap 
     std::ostringstream out;
     out.precision(9);
     out << "weights:";
-    for (float x : train(strategy, overlap)) out << " " << x;
+    for (float x : train(strategy, sync)) out << " " << x;
     report(out.str());
   });
   INFO(mwms::testing::describe(results));
@@ -116,8 +123,12 @@ TEST_CASE("3 workers with small buckets end with the same weights as 1 worker", 
 
 TEST_CASE("2 and 3 workers overlapping the all-reduce end with the same weights as 1 worker",
           "[tcp][strategy]") {
-  check_equivalence(2, 0, true);
-  check_equivalence(3, 64, true);  // several buckets in flight
+  check_equivalence(2, 0, Sync::kOverlap);
+  check_equivalence(3, 64, Sync::kOverlap);  // several buckets in flight
+}
+
+TEST_CASE("all_reduce_gradients' default op keeps the contract (TF sums)", "[tcp][strategy]") {
+  check_equivalence(2, 0, Sync::kDefaultOp);
 }
 
 TEST_CASE("batch_shard splits a global batch into near-equal contiguous parts", "[unit][strategy]") {

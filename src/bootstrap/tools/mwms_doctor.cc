@@ -92,6 +92,18 @@ void print_human(const mwms::ResolvedCluster& r) {
   std::cout << "fingerprint: " << r.cluster.fingerprint() << " (must match on every task)\n";
 }
 
+// Note [doctor output is total]: the doctor is run on broken configurations, so its JSON must
+// always serialise: strings are dumped with error_handler_t::replace (an invalid UTF-8 byte becomes
+// U+FFFD instead of nlohmann's type_error.316, which used to escape the catch and abort).
+std::string dump(const nlohmann::json& doc) {
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void print_error(bool json, const char* what, const char* kind) {
+  std::cerr << "mwms-doctor: " << kind << ": " << what << std::endl;
+  if (json) std::cout << dump(nlohmann::json{{"error", what}}) << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,18 +140,19 @@ int main(int argc, char** argv) {
       resolved = mwms::resolve_from_environment();
     }
     if (json) {
-      std::cout << to_json(resolved).dump() << std::endl;
+      std::cout << dump(to_json(resolved)) << std::endl;
     } else {
       print_human(resolved);
     }
     return 0;
   } catch (const mwms::Error& e) {
-    std::cerr << "mwms-doctor: error: " << e.what() << std::endl;
-    if (json) std::cout << nlohmann::json{{"error", e.what()}}.dump() << std::endl;
+    print_error(json, e.what(), "error");
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "mwms-doctor: unexpected failure: " << e.what() << std::endl;
-    if (json) std::cout << nlohmann::json{{"error", e.what()}}.dump() << std::endl;
+    print_error(json, e.what(), "unexpected failure");
+    return 1;
+  } catch (...) {
+    print_error(json, "unknown exception", "unexpected failure");
     return 1;
   }
 }

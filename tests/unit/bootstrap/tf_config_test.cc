@@ -128,7 +128,7 @@ TEST_CASE("chief + workers + ps + evaluator: ids of every task", "[unit][bootstr
   CHECK_FALSE(eval.in_ring);
   CHECK(eval.task_id == 0);
   CHECK(eval.num_workers == 1);
-  CHECK_FALSE(eval.is_chief);
+  CHECK(eval.is_chief);  // multi_worker_util.is_chief: the evaluator is chief of its own world
   CHECK(eval.ring == Ring{"e:1"});
   CHECK(eval.task_name() == "evaluator 0");
   CHECK(eval.task_name_of_rank(0) == "evaluator 0");
@@ -185,30 +185,30 @@ TEST_CASE("IPv6 addresses and index forms", "[unit][bootstrap]") {
              Contains("worker 2") && Contains("out of range") && Contains("2 tasks"));
 }
 
-TEST_CASE("task omitted: only a single training task is unambiguous", "[unit][bootstrap]") {
-  ResolvedCluster one = resolve_tf_config(R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}})");
-  CHECK(one.task.type == "worker");
-  CHECK(one.task_id == 0);
-  CHECK(one.num_workers == 1);
-  CHECK(one.is_chief);
-  ResolvedCluster chief = resolve_tf_config(R"({"cluster": {"chief": ["c:1"]}, "task": {}})");
-  CHECK(chief.task.type == "chief");
-  CHECK(chief.ring == Ring{"c:1"});
+TEST_CASE("task or index omitted: an error as in TensorFlow, even for one task",
+          "[unit][bootstrap]") {
+  CHECK_THAT(
+      tf_error(R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}})"),
+      Contains(kWhere) && Contains("no \"task\"") && Contains("1 training task (worker 0 at a:1)"));
+  CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"]}, "task": {}})"), Contains("no \"task\""));
+  CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"]}, "task": null})"), Contains("no \"task\""));
   CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]}})"),
              Contains(kWhere) && Contains("no \"task\"") && Contains("chief 0 at c:1") &&
                  Contains("worker 1 at w1:1"));
   CHECK_THAT(tf_error(R"({"cluster": {"ps": ["p:1"]}})"), Contains("no chief or worker"));
-  // Index missing: fine for a job of one task, ambiguous otherwise.
-  CHECK(resolve_tf_config(R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]},
-                             "task": {"type": "chief"}})")
-            .task_id == 0);
+  CHECK_THAT(tf_error(R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+                          "task": {"type": "chief"}})"),
+             Contains("no \"index\"") && Contains("{\"type\": \"chief\", \"index\": 0}"));
   CHECK_THAT(tf_error(R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker"}})"),
-             Contains("no \"index\"") && Contains("2 tasks"));
+             Contains("no \"index\""));
 }
 
 TEST_CASE("empty TF_CONFIG object or empty cluster is a world of one", "[unit][bootstrap]") {
+  // TF trains locally whenever the cluster lists no job, without reading "task".
   for (const char* json :
-       {"{}", R"({"cluster": {}})", R"({"cluster": {}, "task": {"type": "worker", "index": 0}})"}) {
+       {"{}", R"({"cluster": {}})", R"({"cluster": {}, "task": {"type": "worker", "index": 0}})",
+        R"({"cluster": {}, "task": {"type": "worker", "index": 3}})",
+        R"({"cluster": {}, "task": {"type": "worker"}})"}) {
     INFO(json);
     ResolvedCluster r = resolve_tf_config(json);
     CHECK(r.num_workers == 1);
@@ -216,8 +216,25 @@ TEST_CASE("empty TF_CONFIG object or empty cluster is a world of one", "[unit][b
     CHECK(r.is_chief);
     CHECK(r.in_ring);
     CHECK(r.ring.empty());
-    CHECK(r.task_name_of_rank(0) == "worker 0");
   }
+  CHECK(resolve_tf_config("{}").task_name_of_rank(0) == "worker 0");
+}
+
+TEST_CASE("a listed job with no tasks is a job, as in TensorFlow", "[unit][bootstrap]") {
+  CHECK_THAT(tf_error(R"({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}})"),
+             Contains("worker 0") && Contains("no \"worker\" job"));
+  CHECK_THAT(tf_error(R"({"cluster": {"ps": []}, "task": {"type": "worker", "index": 0}})"),
+             Contains("no \"worker\" job"));
+  CHECK_THAT(tf_error(R"({"cluster": {"worker": [], "ps": []}})"), Contains("no \"task\""));
+  // Deliberate: with an empty chief job TF makes no task chief; libmwms refuses the cluster.
+  CHECK_THAT(tf_error(R"({"cluster": {"chief": [], "worker": ["a:1", "b:1"]},
+                          "task": {"type": "worker", "index": 0}})"),
+             Contains("cluster.chief is listed with no task"));
+  // An empty ps job next to the workers changes nothing.
+  ResolvedCluster r = resolve_tf_config(
+      R"({"cluster": {"ps": [], "worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}})");
+  CHECK(r.is_chief);
+  CHECK(r.num_workers == 2);
 }
 
 TEST_CASE("TF_CONFIG structural errors name the source and what was found", "[unit][bootstrap]") {
