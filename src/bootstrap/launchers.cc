@@ -150,6 +150,32 @@ std::optional<LauncherView> read_torchrun(const EnvLookup& env) {
   return v;
 }
 
+namespace {
+
+// Task addresses in Note [slurm task order]; sets the node and local index of task `procid`.
+std::vector<std::string> slurm_tasks(const std::vector<std::string>& nodes,
+                                     const std::vector<int>& per_node, int port_base, int procid,
+                                     std::string* my_node, int* my_local) {
+  std::vector<std::string> tasks;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (port_base + per_node[n] - 1 > 65535) {
+      throw BootstrapError("node " + nodes[n] + " runs " + std::to_string(per_node[n]) +
+                           " tasks: ports from MWMS_SLURM_PORT_BASE=" + std::to_string(port_base) +
+                           " would pass 65535");
+    }
+    for (int l = 0; l < per_node[n]; ++l) {
+      if (static_cast<int>(tasks.size()) == procid) {
+        *my_local = l;
+        *my_node = nodes[n];
+      }
+      tasks.push_back(nodes[n] + ":" + std::to_string(port_base + l));
+    }
+  }
+  return tasks;
+}
+
+}  // namespace
+
 // Note [slurm task order]: as TF's SlurmClusterResolver, tasks are listed node by node in host
 // list order and, on each node, by local id; task t of that list is SLURM_PROCID t and listens at
 // its node's name and port_base + its local id. This is Slurm's default block distribution; with
@@ -203,23 +229,10 @@ std::optional<LauncherView> read_slurm(const EnvLookup& env, int port_base) {
                          plural(static_cast<int>(total), "task", "tasks") + ", but " +
                          v.size_text + ": they must describe the same tasks");
   }
-  std::vector<std::string> tasks;
   int my_local = -1;
   std::string my_node;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (port_base + per_node[n] - 1 > 65535) {
-      throw BootstrapError("node " + nodes[n] + " runs " + std::to_string(per_node[n]) +
-                           " tasks: ports from MWMS_SLURM_PORT_BASE=" + std::to_string(port_base) +
-                           " would pass 65535");
-    }
-    for (int l = 0; l < per_node[n]; ++l) {
-      if (static_cast<int>(tasks.size()) == *procid) {
-        my_local = l;
-        my_node = nodes[n];
-      }
-      tasks.push_back(nodes[n] + ":" + std::to_string(port_base + l));
-    }
-  }
+  std::vector<std::string> tasks =
+      slurm_tasks(nodes, per_node, port_base, *procid, &my_node, &my_local);
   const char* nodename = env("SLURMD_NODENAME");
   if ((localid && *localid != my_local) || (nodename != nullptr && my_node != nodename)) {
     throw BootstrapError(
