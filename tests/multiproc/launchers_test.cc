@@ -98,3 +98,30 @@ TEST_CASE("processes started with srun's variables form one world", "[tcp]") {
   });
   expect_one_world(results);
 }
+
+TEST_CASE("MWMS_SOCKET_IFNAME that matches no interface fails the ranks that advertise", "[tcp]") {
+  // The children read MWMS_SOCKET_IFNAME first (ctest runs each test case in a fresh process, so
+  // no earlier read in this process is inherited).
+  const int port = mwms::testing::free_ports(1).at(0);
+  LaunchOptions options;
+  options.world_size = 2;
+  auto results = mwms::testing::run_ranks(options, [&](int rank, const std::string&,
+                                                       const auto& report) {
+    ::setenv("MWMS_SOCKET_IFNAME", "=no-such-if0", 1);
+    Vars vars{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+    for (const auto& [name, value] : vars) ::setenv(name.c_str(), value.c_str(), 1);
+    mwms::CommunicatorOptions o;
+    o.connect_timeout_seconds = 2;
+    o.transport = mwms::TransportChoice::kTcp;
+    auto comm = mwms::Communicator::create(mwms::resolve_from_environment(), o);
+    report("connected");
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK(results[0].exit_code == 1);  // the leader: rank 1 never arrived
+  CHECK_THAT(results[0].output, Catch::Matchers::Contains("never arrived"));
+  CHECK(results[1].exit_code == 1);
+  CHECK_THAT(results[1].output,
+             Catch::Matchers::Contains("MWMS_SOCKET_IFNAME==no-such-if0 matches no interface") &&
+                 Catch::Matchers::Contains("lo 127.0.0.1"));
+}
