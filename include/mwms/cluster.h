@@ -57,8 +57,9 @@ enum class ClusterSource { kTfConfig, kMpi, kFlags, kExplicit, kDefault, kSlurm,
 MWMS_API const char* source_name(ClusterSource source) noexcept;
 
 /// What the bootstrap derived for this process. `ring` lists the training tasks' addresses in rank
-/// order (chief first, then workers in list order); for an MPI job it is empty until the
-/// rendezvous has exchanged endpoints.
+/// order (chief first, then workers in list order); for an MPI job it is empty and for a torchrun
+/// job it holds only rank 0's address (MASTER_ADDR:MASTER_PORT) until the rendezvous has
+/// exchanged endpoints. A Slurm job lists every task (node:MWMS_SLURM_PORT_BASE + local id).
 struct MWMS_API ResolvedCluster {
   ClusterSpec cluster;
   TaskSpec task;
@@ -69,7 +70,7 @@ struct MWMS_API ResolvedCluster {
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
   ClusterSource source = ClusterSource::kDefault;
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
-  int local_rank = 0;             ///< rank among processes on this host (from mpirun when known)
+  int local_rank = 0;  ///< rank among processes on this host (from the launcher when known)
 
   /// "chief 0" / "worker 1" / "mpi rank 2" / "single process".
   std::string task_name() const;
