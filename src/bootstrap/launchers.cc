@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "bootstrap/hostlist.h"
+#include "common/logging.h"
 #include "mwms/errors.h"
 
 namespace mwms::bootstrap {
@@ -216,6 +217,12 @@ std::optional<LauncherView> read_slurm(const EnvLookup& env, int port_base) {
                                                       "SLURM_JOB_NODELIST)"
                                                     : "no task counts (SLURM_STEP_TASKS_PER_NODE)") +
                          " is set, so the tasks' addresses are unknown");
+  }
+  if (std::string(list_name) != "SLURM_STEP_NODELIST") {
+    // The batch script itself (sbatch, no srun) also sees SLURM_NTASKS and the job's node list.
+    MWMS_LOG_WARN(kBoot, "Slurm environment without SLURM_STEP_NODELIST: using "
+                             << list_name << "; if this is the batch script rather than a task "
+                             << "started by srun, start the program with srun");
   }
   std::vector<std::string> nodes = expand_hostlist(env(list_name), list_name);
   std::vector<int> per_node = parse_tasks_per_node(env(tpn_name), tpn_name);
