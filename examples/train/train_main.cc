@@ -102,17 +102,6 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-const char* source_name(mwms::ClusterSource source) {
-  switch (source) {
-    case mwms::ClusterSource::kTfConfig: return "tf_config";
-    case mwms::ClusterSource::kMpi: return "mpi";
-    case mwms::ClusterSource::kFlags: return "flags";
-    case mwms::ClusterSource::kExplicit: return "explicit";
-    case mwms::ClusterSource::kDefault: return "default";
-  }
-  return "unknown";
-}
-
 mwms::ResolvedCluster resolve_cluster(const Flags& f) {
   if (f.job_name.empty()) return mwms::resolve_from_environment();  // TF_CONFIG, mpirun, alone
   return mwms::resolve_flags(f.job_name, f.task_index, read_file(f.cluster_spec_file));
@@ -178,7 +167,7 @@ int run(const Flags& flags) {
   RunSummary summary;
   summary.num_replicas_in_sync = strategy->num_replicas_in_sync();
   summary.world_size = strategy->num_workers();
-  summary.source = source_name(strategy->cluster().source);
+  summary.source = mwms::source_name(strategy->cluster().source);
   summary.task = strategy->cluster().task_name();
   summary.global_batch_size = f.train.global_batch_size;
   summary.learning_rate = f.train.learning_rate;

@@ -52,11 +52,15 @@ struct MWMS_API TaskSpec {
 };
 
 /// Where a ResolvedCluster came from.
-enum class ClusterSource { kTfConfig, kMpi, kFlags, kExplicit, kDefault };
+enum class ClusterSource { kTfConfig, kMpi, kFlags, kExplicit, kDefault, kSlurm, kTorchrun };
+
+/// "tf_config", "mpi", "flags", "explicit", "default", "slurm" or "torchrun".
+MWMS_API const char* source_name(ClusterSource source) noexcept;
 
 /// What the bootstrap derived for this process. `ring` lists the training tasks' addresses in rank
-/// order (chief first, then workers in list order); for an MPI job it is empty until the
-/// rendezvous has exchanged endpoints.
+/// order (chief first, then workers in list order); for an MPI job it is empty and for a torchrun
+/// job it holds only rank 0's address (MASTER_ADDR:MASTER_PORT) until the rendezvous has
+/// exchanged endpoints. A Slurm job lists every task (node:MWMS_SLURM_PORT_BASE + local id).
 struct MWMS_API ResolvedCluster {
   ClusterSpec cluster;
   TaskSpec task;
@@ -68,7 +72,7 @@ struct MWMS_API ResolvedCluster {
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
   ClusterSource source = ClusterSource::kDefault;
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
-  int local_rank = 0;             ///< rank among processes on this host (from mpirun when known)
+  int local_rank = 0;  ///< rank among processes on this host (from the launcher when known)
 
   /// "chief 0" / "worker 1" / "mpi rank 2" / "single process".
   std::string task_name() const;
@@ -101,10 +105,39 @@ MWMS_API ResolvedCluster resolve_flags(std::string_view job_name, int task_index
 /// An explicit ClusterSpec and TaskSpec, validated with the same rules.
 MWMS_API ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task);
 
-/// From the process environment: TF_CONFIG when set and non-empty; otherwise an `mpirun`
-/// environment (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, or PMI_RANK / PMI_SIZE); otherwise
-/// one process, world size 1. @throws BootstrapError as resolve_tf_config does.
+/// From the process environment, in one precedence (docs/launchers.md): TF_CONFIG when set and
+/// non-empty; otherwise MPI (OMPI_COMM_WORLD_*, PMIX_RANK with PMIX_SIZE, PMI_RANK/PMI_SIZE);
+/// otherwise torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); otherwise Slurm's
+/// srun (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, ports from
+/// MWMS_SLURM_PORT_BASE); otherwise one process, world size 1. Logs the chosen source at info.
+/// Reads the environment on every call (MWMS_SLURM_PORT_BASE once per process).
+/// @throws BootstrapError as resolve_tf_config does; naming both sources when two present sources
+///   disagree on world size or rank (a launcher nested inside a Slurm allocation may disagree
+///   with Slurm); when a launcher says the world is larger than one but gives no usable size or
+///   addresses (PMIX_RANK alone, SLURM_NTASKS=4 without a node list); and quoting any malformed
+///   launcher variable.
 MWMS_API ResolvedCluster resolve_from_environment();
+
+/// What one source present in the environment resolved (mwms-doctor --json "sources").
+struct MWMS_API LaunchSourceReport {
+  std::string source;   ///< source_name() of the source
+  std::string detail;   ///< the variables it read
+  int world_size = -1;  ///< -1 when unknown (PMIX_RANK without a size) or on error
+  int rank = -1;
+  int local_rank = -1;
+  std::string error;    ///< this source's own error (a malformed variable), else empty
+};
+
+/// Every source present in the environment, in precedence order, with what each resolved; the
+/// chosen source (as resolve_from_environment chooses) and the error resolve_from_environment
+/// would raise (a conflict, a malformed variable), empty when it would succeed. Never throws
+/// mwms::Error (they are reported in the fields).
+struct MWMS_API EnvironmentReport {
+  std::vector<LaunchSourceReport> sources;
+  std::string chosen;  ///< source_name() of the chosen source, "default" when none is present
+  std::string error;
+};
+MWMS_API EnvironmentReport inspect_environment();
 
 /// True for "localhost", "localhost.localdomain", "ip6-localhost", 127.0.0.0/8 and ::1 hosts.
 MWMS_API bool is_loopback_host(std::string_view host);

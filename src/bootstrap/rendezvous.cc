@@ -10,9 +10,19 @@
 #include <sstream>
 #include <vector>
 
+#include "bootstrap/local_address.h"
+#include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
+// Note [torchrun rendezvous]: torchrun names only rank 0's address (MASTER_ADDR:MASTER_PORT), as
+// mpirun names none. Rank 0 listens there (on every interface); every other rank listens on an
+// ephemeral port and announces host:port in its hello (the host chosen as Note [advertised
+// address] says); the leader checks each announced address, fills ring[rank] with it and answers
+// every rank with the full ring and peer infos, exactly as for a TF_CONFIG job. There is no
+// cluster spec to compare, so the fingerprint check is reduced to the world size and ranks (like
+// MPI jobs). With torchrun's static rendezvous the agent serves its own store at MASTER_PORT
+// (TORCHELASTIC_USE_AGENT_STORE=True): launchers.cc then gives rank 0 the port after it.
 namespace mwms::bootstrap {
 
 namespace {
@@ -59,10 +69,19 @@ std::string local_hostname() {
   return host;
 }
 
+// Sources whose addresses are exchanged at start-up rather than listed in a spec: every rank's
+// view of "the cluster" is then empty, and the leader learns the followers' addresses.
+bool addresses_exchanged(const ResolvedCluster& c) {
+  return c.source == ClusterSource::kMpi || c.source == ClusterSource::kTorchrun;
+}
+
 // MPI jobs have no addresses in a spec: listen on a free port and exchange "host:port" through
 // MPI. When every rank runs on one host, loopback is used (hostnames may not resolve here).
 void fill_ring_through_mpi(ResolvedCluster* c, const common::Socket& listener) {
-  std::string host = local_hostname();
+  // Note [advertised address]: MWMS_SOCKET_IFNAME picks the interface; else the host name.
+  std::string host = common::env_is_set("MWMS_SOCKET_IFNAME")
+                         ? bracket_host(advertised_host("", 0))
+                         : local_hostname();
   std::string mine = host + ":" + std::to_string(common::local_port(listener));
   std::vector<std::string> all = mpi_allgather_strings(mine);
   if (static_cast<int>(all.size()) != c->num_workers) {
@@ -70,15 +89,31 @@ void fill_ring_through_mpi(ResolvedCluster* c, const common::Socket& listener) {
                          " differs from OMPI_COMM_WORLD_SIZE " + std::to_string(c->num_workers),
                          context_of(*c));
   }
-  bool one_host = true;
+  // Rank/size confirmed from MPI itself: the launcher's variables may describe another world.
+  const std::string me = all.size() > static_cast<std::size_t>(c->task_id) ? all[c->task_id] : "";
+  if (me != mine) {
+    throw BootstrapError("MPI_COMM_WORLD gives this process another rank than " +
+                             c->source_detail + " (" + std::to_string(c->task_id) +
+                             "): the launcher's variables do not describe this MPI world",
+                         context_of(*c));
+  }
+  bool one_host = !common::env_is_set("MWMS_SOCKET_IFNAME");
   for (const auto& e : all) one_host = one_host && e.substr(0, e.rfind(':')) == host;
+  if (!one_host && common::env_is_set("MWMS_SOCKET_IFNAME")) {
+    c->ring = all;
+    return;
+  }
   c->ring.clear();
   for (const auto& e : all) c->ring.push_back(one_host ? "127.0.0.1" + e.substr(e.rfind(':')) : e);
 }
 
 common::Socket open_listener(ResolvedCluster* c) {
   int port = 0;
-  if (c->source != ClusterSource::kMpi) port = split_address(c->ring[c->task_id]).second;
+  if (c->source == ClusterSource::kTorchrun) {
+    if (c->task_id == 0) port = split_address(c->ring[0]).second;  // Note [torchrun rendezvous]
+  } else if (c->source != ClusterSource::kMpi) {
+    port = split_address(c->ring[c->task_id]).second;
+  }
   int error = 0;
   common::Socket listener = common::listen_tcp(port, &error);
   if (!listener.valid()) {
@@ -94,6 +129,18 @@ common::Socket open_listener(ResolvedCluster* c) {
                          context_of(*c));
   }
   if (c->source == ClusterSource::kMpi) fill_ring_through_mpi(c, listener);
+  if (c->source == ClusterSource::kTorchrun) {
+    // Rank 0 listens at the master address; the others announce where they listen in their hello
+    // and the leader answers with every address (Note [torchrun rendezvous]).
+    std::string master = c->ring.at(0);
+    c->ring.assign(static_cast<std::size_t>(c->num_workers), std::string());
+    c->ring[0] = master;
+    if (c->task_id != 0) {
+      auto [host, master_port] = split_address(master);
+      c->ring[c->task_id] = bracket_host(advertised_host(host, master_port)) + ":" +
+                            std::to_string(common::local_port(listener));
+    }
+  }
   return listener;
 }
 
@@ -103,7 +150,7 @@ json hello_of(const ResolvedCluster& c, const PeerInfo& mine) {
               {"world_size", c.num_workers},
               {"task", c.task_name()},
               {"address", c.ring[c.task_id]},
-              {"cluster", c.source == ClusterSource::kMpi ? std::string() : c.cluster.canonical_json()},
+              {"cluster", addresses_exchanged(c) ? std::string() : c.cluster.canonical_json()},
               {"host", local_hostname()},
               {"pid", static_cast<int>(::getpid())}};
 }
@@ -134,7 +181,7 @@ std::string check_hello(const ResolvedCluster& c, const json& h, const std::vect
   std::string address = h.value("address", std::string("?"));
   std::string who = task + " (" + address + ", rank " + std::to_string(rank) + ")";
   std::string theirs = h.value("cluster", std::string());
-  std::string ours = c.source == ClusterSource::kMpi ? std::string() : c.cluster.canonical_json();
+  std::string ours = addresses_exchanged(c) ? std::string() : c.cluster.canonical_json();
   if (theirs != ours) {
     return "cluster specs differ: " + who + " holds " + theirs + " but " + c.task_name() + " (" +
            c.ring[0] + ") holds " + ours + "; every task must be started with the same cluster";
@@ -148,6 +195,14 @@ std::string check_hello(const ResolvedCluster& c, const json& h, const std::vect
            std::to_string(c.num_workers) + ")";
   }
   if (seen[rank]) return "two processes claim to be " + who + "; each task must run once";
+  if (c.source == ClusterSource::kTorchrun) {
+    try {
+      if (address.size() > 300) throw BootstrapError("longer than 300 bytes");
+      split_address(address, "announced address");
+    } catch (const BootstrapError& e) {
+      return who + " announced an address that is not host:port: " + e.what();
+    }
+  }
   return "";
 }
 
@@ -190,6 +245,7 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
               (why.empty() ? "rank differs from the hello" : why);
     }
     if (error.empty()) {
+      if (c->source == ClusterSource::kTorchrun) c->ring[rank] = h["address"].get<std::string>();
       (*peers)[rank] = std::move(info);
       seen[rank] = true;
       conns[rank] = std::move(s);
@@ -203,7 +259,9 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
   if (error.empty() && arrived < n) {
     std::string missing;
     for (int r = 1; r < n; ++r) {
-      if (!seen[r]) missing += (missing.empty() ? "" : ", ") + c->task_name_of_rank(r) + " (" + c->ring[r] + ")";
+      if (seen[r]) continue;
+      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
+      missing += (missing.empty() ? "" : ", ") + c->task_name_of_rank(r) + " (" + where + ")";
     }
     error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
             " for every task to join the rendezvous; never arrived: " + missing;

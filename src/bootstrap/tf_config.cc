@@ -312,12 +312,14 @@ ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& tas
 
 std::string ResolvedCluster::task_name() const {
   if (source == ClusterSource::kMpi) return "mpi rank " + std::to_string(task_id);
+  if (source == ClusterSource::kTorchrun) return "torchrun rank " + std::to_string(task_id);
   if (source == ClusterSource::kDefault) return "single process";
   return task.type + " " + std::to_string(task.index);
 }
 
 std::string ResolvedCluster::task_name_of_rank(int rank) const {
   if (source == ClusterSource::kMpi) return "mpi rank " + std::to_string(rank);
+  if (source == ClusterSource::kTorchrun) return "torchrun rank " + std::to_string(rank);
   int chiefs = cluster.num_tasks("chief");
   int training = chiefs + cluster.num_tasks("worker");
   // Outside a TF ring (single process, evaluator, empty cluster) rank 0 is this process.

@@ -45,6 +45,12 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd|hier",
        "Forces one algorithm for every collective it applies to; a name that does not apply "
        "to a call is an error. CommunicatorOptions::algorithm overrides it."},
+      {"MWMS_SOCKET_IFNAME", EnvType::kString, "", "NCCL_SOCKET_IFNAME syntax: eth,ib ^docker =eth0",
+       "Interface whose address a task advertises when the launcher names none (mpirun, torchrun "
+       "ranks other than 0); empty: the route toward the leader."},
+      {"MWMS_SLURM_PORT_BASE", EnvType::kInt, "8888", "1..65535",
+       "Under srun: task t of a node listens at that node's name and this port + t (its local "
+       "id), as TF's SlurmClusterResolver (port_base 8888)."},
   };
   return registry;
 }

@@ -69,3 +69,76 @@ TEST_CASE("mwms-doctor exits 2 with the library's error on a bad TF_CONFIG", "[u
   Run broken = doctor(R"({"cluster": {"worker": ["a:1"]}, "task": )");
   CHECK(broken.status == 2);
 }
+
+TEST_CASE("mwms-doctor --json reports every launcher present and their conflict", "[unit][tools]") {
+  auto run = [](const std::string& env) {
+    std::string cmd = "env -u TF_CONFIG -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u "
+                      "SLURM_PROCID -u RANK -u WORLD_SIZE -u PMIX_RANK -u PMI_RANK " +
+                      env + " " MWMS_DOCTOR_PATH " --json 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    int status = ::pclose(p);
+    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  };
+  std::string tf = quote(R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":0}})");
+  Run conflict = run("TF_CONFIG=" + tf + " OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2");
+  CHECK(conflict.status == 2);
+  auto c = nlohmann::json::parse(conflict.out);
+  CHECK(c.at("error").get<std::string>().find(
+            "TF_CONFIG lists 1 worker but mpirun started 2 processes (OMPI_COMM_WORLD_SIZE=2)") == 0);
+  CHECK(c.at("source") == "tf_config");
+  REQUIRE(c.at("sources").size() == 2);
+  CHECK(c["sources"][0].at("source") == "tf_config");
+  CHECK(c["sources"][0].at("world_size") == 1);
+  CHECK(c["sources"][1].at("source") == "mpi");
+  CHECK(c["sources"][1].at("world_size") == 2);
+  CHECK(c["sources"][1].at("rank") == 1);
+
+  Run nested = run("RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 MASTER_ADDR=n1 MASTER_PORT=29500 "
+                   "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_STEP_NODELIST='n[1-2]' "
+                   "SLURM_STEP_TASKS_PER_NODE=1\\(x2\\)");
+  CHECK(nested.status == 0);
+  auto j = nlohmann::json::parse(nested.out);
+  CHECK(j.at("source") == "torchrun");
+  CHECK(j.at("task_id") == 3);
+  CHECK(j.at("num_workers") == 4);
+  CHECK(j.at("local_rank") == 1);
+  REQUIRE(j.at("sources").size() == 2);
+  CHECK(j["sources"][1].at("source") == "slurm");
+  CHECK(j["sources"][1].at("world_size") == 2);
+  CHECK(j["sources"][1].at("rank") == 1);
+  CHECK(j["sources"][1].at("local_rank") == 0);
+}
+
+TEST_CASE("mwms-doctor: Slurm ports from MWMS_SLURM_PORT_BASE", "[unit][tools]") {
+  auto run = [](const std::string& env) {
+    std::string cmd = "env -u TF_CONFIG -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u RANK "
+                      "-u WORLD_SIZE -u PMIX_RANK -u PMI_RANK SLURM_PROCID=1 SLURM_NTASKS=3 "
+                      "SLURM_LOCALID=1 SLURM_STEP_NODELIST='a1,b[07]' "
+                      "SLURM_STEP_TASKS_PER_NODE=2,1 " +
+                      env + " " MWMS_DOCTOR_PATH " --json 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    int status = ::pclose(p);
+    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  };
+  Run base = run("MWMS_SLURM_PORT_BASE=9100");
+  REQUIRE(base.status == 0);
+  auto j = nlohmann::json::parse(base.out);
+  CHECK(j.at("source") == "slurm");
+  CHECK(j.at("task_id") == 1);
+  CHECK(j.at("ring") == nlohmann::json::array({"a1:9100", "a1:9101", "b07:9100"}));
+  CHECK(nlohmann::json::parse(run("").out).at("ring")[2] == "b07:8888");
+  Run bad = run("MWMS_SLURM_PORT_BASE=0");
+  CHECK(bad.status == 2);
+  CHECK(nlohmann::json::parse(bad.out).at("error").get<std::string>().find(
+            "MWMS_SLURM_PORT_BASE=0 is not a port") != std::string::npos);
+}

@@ -2,10 +2,11 @@
 // ring, cluster fingerprint) without starting anything, so a TF_CONFIG can be checked on each host
 // before a job is launched. Exit status: 0 resolved, 2 configuration error, 1 anything else.
 //
-//   mwms-doctor                       # TF_CONFIG, else mpirun environment, else single process
+//   mwms-doctor                       # TF_CONFIG, else mpirun, torchrun, srun, else one process
 //   mwms-doctor --tf_config tf.json   # a TF_CONFIG value stored in a file
 //   mwms-doctor --job_name worker --task_index 1 --cluster_spec cluster.json
-//   mwms-doctor --json                # one JSON object for scripts
+//   mwms-doctor --json                # one JSON object for scripts; "sources" lists what
+//                                     # every launcher present resolved
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
@@ -18,22 +19,6 @@
 
 namespace {
 
-const char* source_name(mwms::ClusterSource source) {
-  switch (source) {
-    case mwms::ClusterSource::kTfConfig:
-      return "tf_config";
-    case mwms::ClusterSource::kMpi:
-      return "mpi";
-    case mwms::ClusterSource::kFlags:
-      return "flags";
-    case mwms::ClusterSource::kExplicit:
-      return "explicit";
-    case mwms::ClusterSource::kDefault:
-      return "default";
-  }
-  return "unknown";
-}
-
 std::string read_file(const std::string& path, const std::string& flag) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw mwms::BootstrapError(flag + " " + path + ": cannot open the file");
@@ -42,20 +27,35 @@ std::string read_file(const std::string& path, const std::string& flag) {
   return text.str();
 }
 
+// What every source present in the environment resolved, and the chosen one.
+nlohmann::json sources_json(const mwms::EnvironmentReport& report) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& s : report.sources) {
+    nlohmann::json j{{"source", s.source}, {"detail", s.detail}};
+    j["world_size"] = s.world_size >= 0 ? nlohmann::json(s.world_size) : nlohmann::json();
+    j["rank"] = s.world_size >= 0 || s.rank >= 0 ? nlohmann::json(s.rank) : nlohmann::json();
+    j["local_rank"] = s.local_rank >= 0 ? nlohmann::json(s.local_rank) : nlohmann::json();
+    if (!s.error.empty()) j["error"] = s.error;
+    all.push_back(j);
+  }
+  return all;
+}
+
 nlohmann::json to_json(const mwms::ResolvedCluster& r) {
   return nlohmann::json{{"task_type", r.task.type},
+                        {"local_rank", r.local_rank},
                         {"task_index", r.task.index},
                         {"task_id", r.task_id},
                         {"num_workers", r.num_workers},
                         {"is_chief", r.is_chief},
                         {"in_ring", r.in_ring},
                         {"ring", r.ring},
-                        {"source", source_name(r.source)},
+                        {"source", mwms::source_name(r.source)},
                         {"fingerprint", r.cluster.fingerprint()}};
 }
 
 void print_human(const mwms::ResolvedCluster& r) {
-  std::cout << "source:      " << source_name(r.source) << " (" << r.source_detail << ")\n";
+  std::cout << "source:      " << mwms::source_name(r.source) << " (" << r.source_detail << ")\n";
   std::cout << "task:        " << r.task_name() << "\n";
   if (!r.in_ring) {
     std::cout << "role:        evaluator: outside the training ring, its own world of one\n";
@@ -70,6 +70,10 @@ void print_human(const mwms::ResolvedCluster& r) {
   if (r.source == mwms::ClusterSource::kMpi) {
     std::cout << "local rank:  " << r.local_rank << "\n";
     std::cout << "ring:        formed at start-up from the endpoints exchanged through MPI\n";
+  } else if (r.source == mwms::ClusterSource::kTorchrun) {
+    std::cout << "local rank:  " << r.local_rank << "\n";
+    std::cout << "ring:        rank 0 listens at " << (r.ring.empty() ? "-" : r.ring[0])
+              << "; the other ranks announce their addresses there at start-up\n";
   } else if (r.ring.empty()) {
     std::cout << "ring:        none (a single process)\n";
   } else {
@@ -127,6 +131,8 @@ int main(int argc, char** argv) {
   tf_opt->excludes(job_opt)->excludes(index_opt)->excludes(spec_opt);
   CLI11_PARSE(app, argc, argv);
 
+  mwms::EnvironmentReport report;
+  bool from_environment = false;
   try {
     mwms::ResolvedCluster resolved;
     if (!tf_config_file.empty()) {
@@ -137,16 +143,40 @@ int main(int argc, char** argv) {
           mwms::resolve_flags(job_name, task_index, read_file(cluster_spec_file, "--cluster_spec"));
       resolved.source_detail += " (" + cluster_spec_file + ")";
     } else {
+      report = mwms::inspect_environment();
+      from_environment = true;
       resolved = mwms::resolve_from_environment();
     }
     if (json) {
-      std::cout << dump(to_json(resolved)) << std::endl;
+      nlohmann::json out = to_json(resolved);
+      if (from_environment) out["sources"] = sources_json(report);
+      std::cout << dump(out) << std::endl;
     } else {
       print_human(resolved);
+      for (const auto& s : report.sources) {
+        std::cout << "present:     " << s.source << " (" << s.detail << "): world size "
+                  << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
+                  << ", rank " << s.rank << ", local rank " << s.local_rank << "\n";
+      }
     }
     return 0;
   } catch (const mwms::Error& e) {
-    print_error(json, e.what(), "error");
+    std::cerr << "mwms-doctor: error: " << e.what() << std::endl;
+    if (json) {
+      nlohmann::json out{{"error", e.what()}};
+      if (from_environment) {
+        out["sources"] = sources_json(report);
+        out["source"] = report.chosen;
+      }
+      std::cout << dump(out) << std::endl;  // replaces bytes that are not UTF-8
+    } else if (from_environment) {
+      for (const auto& s : report.sources) {
+        std::cerr << "  present: " << s.source << " world size "
+                  << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
+                  << ", rank " << s.rank << (s.error.empty() ? "" : " (error: " + s.error + ")")
+                  << "\n";
+      }
+    }
     return 2;
   } catch (const std::exception& e) {
     print_error(json, e.what(), "unexpected failure");

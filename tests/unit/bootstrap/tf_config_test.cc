@@ -44,7 +44,8 @@ class EnvGuard {
   EnvGuard() {
     for (const char* name : {"TF_CONFIG", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                              "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_NODE_RANK", "PMI_RANK",
-                             "PMI_SIZE", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
+                             "PMI_SIZE", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PMIX_RANK",
+                             "PMIX_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID"}) {
       const char* value = std::getenv(name);
       saved_[name] = value ? std::optional<std::string>(value) : std::nullopt;
       unsetenv(name);
@@ -356,11 +357,12 @@ TEST_CASE("resolve_from_environment: TF_CONFIG, then mpirun, then one process",
     CHECK(r.task.type == "worker");
     CHECK(r.task_name() == "single process");
   }
-  SECTION("TF_CONFIG wins over an mpirun environment") {
+  SECTION("TF_CONFIG wins over an mpirun environment that agrees with it") {
+    // One that disagrees is an error: launchers_test.cc.
     env.set("TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]},
                              "task": {"type": "worker", "index": 1}})");
-    env.set("OMPI_COMM_WORLD_RANK", "0");
-    env.set("OMPI_COMM_WORLD_SIZE", "4");
+    env.set("OMPI_COMM_WORLD_RANK", "1");
+    env.set("OMPI_COMM_WORLD_SIZE", "2");
     ResolvedCluster r = mwms::resolve_from_environment();
     CHECK(r.source == ClusterSource::kTfConfig);
     CHECK(r.source_detail == "TF_CONFIG environment variable");
