@@ -60,7 +60,7 @@ struct CollectiveDescriptor {
   /// Runs the MPI equivalent once, in place (for --compare mpi); nullptr when there is none.
   void (*run_mpi)(void* buffer, const CallShape& shape, DataType dtype);
 
-  /// False for collectives without a reduction: the redop column shows "none" and -o is ignored.
+  /// False for collectives without a reduction: the redop column shows "none" and -o is refused.
   bool uses_op;
   /// True for rooted collectives (broadcast): the tool takes -r/--root.
   bool uses_root;

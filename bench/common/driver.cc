@@ -289,7 +289,8 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
   const bool under_mpirun = launched_by_mpirun();
   int status = 0;
   std::optional<BenchOptions> options =
-      parse_options(argc, argv, program, launcher_rank() == 0, &status, collective.uses_root);
+      parse_options(argc, argv, program, launcher_rank() == 0, &status,
+                    ToolFlags{collective.uses_root, collective.uses_op});
   if (!options) return status;
   try {
     check_compare_mpi(collective, *options);

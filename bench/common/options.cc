@@ -75,7 +75,7 @@ void validate(const BenchOptions& o) {
 }  // namespace
 
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
-                                          bool print, int* exit_status, bool with_root) {
+                                          bool print, int* exit_status, ToolFlags tool) {
   BenchOptions o;
   std::string min_bytes = "8", max_bytes = "64M", dtype = "float32", op = "sum", compare;
   CLI::App app{std::string(program) + ": libmwms collective benchmark (nccl-tests flags)"};
@@ -92,7 +92,11 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
       ->capture_default_str();
   app.add_option("-d,--datatype,--dtype", dtype,
                  "float32|float64|float16|bfloat16|int32|int64")->capture_default_str();
-  app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
+  // Without a reduction the flag is still parsed (hidden from --help) so that it is refused with
+  // a reason and status 2 below, not silently ignored nor reported as an unknown argument.
+  CLI::Option* op_flag =
+      app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
+  if (!tool.with_op) op_flag->group("");
   app.add_option("--backend,--transport", o.backend,
                  "Transport of libmwms's links: auto (the default users get: shared memory on one "
                  "host, TCP between hosts), tcp, shm or mpi; absent: MWMS_TRANSPORT")
@@ -100,11 +104,16 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
   app.add_option("--compare", compare, "Also time this implementation (mpi)")
       ->check(CLI::IsMember({"mpi", "none"}));
   app.add_option("--json", o.json_path, "Write the rows as a JSON array to this file");
-  if (with_root) {
+  if (tool.with_root) {
     app.add_option("-r,--root", o.root, "Rank whose buffer is broadcast")->capture_default_str();
   }
   try {
     app.parse(argc, argv);
+    if (!tool.with_op && op_flag->count() > 0) {
+      throw InvalidArgument("-o/--op " + op + ": " + std::string(program) +
+                            " takes no reduction op (only all_reduce_perf and "
+                            "reduce_scatter_perf reduce)");
+    }
     o.min_bytes = parse_byte_size(min_bytes);
     o.max_bytes = parse_byte_size(max_bytes);
     o.dtype = parse_dtype(dtype);

@@ -29,12 +29,20 @@ struct BenchOptions {
   int root = 0;           ///< -r/--root, rooted collectives only; checked against the world size later
 };
 
+/// Which of the collective-specific flags a tool takes.
+struct ToolFlags {
+  bool with_root = false;  ///< -r/--root (broadcast); other tools do not accept it
+  bool with_op = true;     ///< -o/--op (all_reduce, reduce_scatter); refused by the others
+};
+
 /// Parses argv. Returns the options, or std::nullopt after --help (printed) or an error (printed
-/// to stderr); then `*exit_status` holds the status the program should exit with.
+/// to stderr); then `*exit_status` holds the status the program should exit with (0 after
+/// --help, 2 for a value or a flag this tool refuses, CLI11's own status for a malformed line).
 /// `print` false keeps quiet (non-zero ranks under mpirun, so messages appear once).
-/// `with_root` adds -r/--root (broadcast); other tools do not accept it.
+/// A tool without a reduction (`tool.with_op` false) refuses -o/--op with a message saying so,
+/// rather than ignoring it, and does not list it in --help.
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
-                                          bool print, int* exit_status, bool with_root = false);
+                                          bool print, int* exit_status, ToolFlags tool = {});
 
 /// The CommunicatorOptions::transport for --backend: kFromEnvironment when the flag is absent.
 TransportChoice transport_choice(const BenchOptions& options);

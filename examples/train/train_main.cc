@@ -41,34 +41,52 @@ struct Flags {
 int parse_flags(int argc, char** argv, Flags& f) {
   CLI::App app{"Data-parallel MLP training on Fashion-MNIST with libmwms "
                "(MultiWorkerMirroredStrategy)"};
+  // Every option shows its default in --help (capture_default_str); those whose default is
+  // "unset" say so in their description instead, as CLI11 prints no empty default.
   app.add_option("--epochs", f.train.epochs, "Epochs to train (total, counting resumed ones)")
-      ->check(CLI::Range(0, 1000000));
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   app.add_option("--batch_size", f.train.global_batch_size,
-                 "GLOBAL batch size, split across workers")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--lr", f.train.learning_rate, "Learning rate of SGD with momentum 0.9");
-  app.add_option("--seed", f.train.seed, "Seed of the initial weights and of every shuffle");
-  app.add_option("--data_dir", f.data_dir, "Directory with the Fashion-MNIST IDX files (.gz)");
+                 "GLOBAL batch size, split across workers")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--lr", f.train.learning_rate, "Learning rate of SGD with momentum 0.9")
+      ->capture_default_str();
+  app.add_option("--seed", f.train.seed, "Seed of the initial weights and of every shuffle")
+      ->capture_default_str();
+  app.add_option("--data_dir", f.data_dir, "Directory with the Fashion-MNIST IDX files (.gz)")
+      ->capture_default_str();
   app.add_option("--checkpoint_dir", f.train.checkpoint_dir,
-                 "Leader writes <dir>/ckpt.bin after every epoch (empty: no checkpoints)");
-  app.add_flag("--resume", f.train.resume, "Continue from <checkpoint_dir>/ckpt.bin if present");
-  app.add_option("--metrics_file", f.metrics_file, "Leader writes JSON metrics here");
+                 "Leader writes <dir>/ckpt.bin after every epoch (default: none, no checkpoints)");
+  app.add_flag("--resume", f.train.resume,
+               "Continue from <checkpoint_dir>/ckpt.bin if present (default: off)");
+  app.add_option("--metrics_file", f.metrics_file,
+                 "Leader writes JSON metrics here (default: none, no file)");
   app.add_option("--max_steps_per_epoch", f.train.max_steps_per_epoch,
                  "Cap on global batches per epoch (0: all; for smoke tests)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--job_name", f.job_name, "TF1-style job of this task (chief, worker, ...)");
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--job_name", f.job_name,
+                 "TF1-style job of this task (chief, worker, ...; default: none, TF_CONFIG or "
+                 "mpirun or one process)");
   app.add_option("--task_index", f.task_index, "TF1-style index of this task in its job")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--cluster_spec", f.cluster_spec_file,
-                 "TF1-style cluster spec JSON file ({\"worker\": [\"host:port\", ...]})");
+                 "TF1-style cluster spec JSON file ({\"worker\": [\"host:port\", ...]}; "
+                 "default: none)");
   app.add_option("--bytes_per_pack", f.bytes_per_pack,
-                 "Gradient bucket size in bytes (0: library default)");
+                 "Gradient bucket size in bytes (0: library default)")
+      ->capture_default_str();
   app.add_option("--overlap_blocks", f.train.overlap_blocks,
                  "Overlap the gradient all-reduce with backprop, dense_1's kernel gradient in "
                  "this many blocks (0: all-reduce after backprop); with 0 --bytes_per_pack, "
                  "buckets of 128 KiB")
-      ->check(CLI::Range(0, 784));
+      ->check(CLI::Range(0, 784))
+      ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
-                 "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)");
+                 "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# `train --help` shows each option's default (the values of TrainConfig and train_main.cc's Flags):
+# CLI11 prints "--name TYPE=DEFAULT"; options whose default is unset say so in their description.
+# Usage: train_help.sh TRAIN
+set -euo pipefail
+help=$("$1" --help)
+for expect in "--epochs .*=3" "--batch_size .*=64" "--lr .*=0.01" "--seed .*=42" \
+              "--data_dir .*=/usr/share/datasets/fashion-mnist" "--max_steps_per_epoch .*=0" \
+              "--task_index .*=0" "--bytes_per_pack .*=0" "--timeout_seconds .*=0" \
+              "--checkpoint_dir .*default: none" "--metrics_file .*default: none" \
+              "--resume .*default: off" "--job_name .*default: none" "--cluster_spec .*default: none"; do
+  echo "$help" | grep -Eq -- "^ +$expect([ ,)]|$)" ||
+    { echo "FAIL: no '$expect' in train --help:"; echo "$help"; exit 1; }
+done
+echo "ok train --help shows the defaults"
