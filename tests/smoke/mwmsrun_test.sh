@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# mwmsrun end to end: a real 2-process job, the first failure ending the others with its status,
+# SIGTERM forwarded, --print-tf-config of a multi-host job read back by mwms-doctor, usage errors.
+# Usage: mwmsrun_test.sh MWMSRUN ALL_REDUCE_PERF MWMS_DOCTOR WORKDIR
+set -uo pipefail
+run=$1 perf=$2 doctor=$3 work=$4
+mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 1. A real job: both ranks' lines prefixed, exit 0.
+out=$("$run" -np 2 -- "$perf" -b 1K -e 4K -n 2 -w 1 2>&1) || fail "2-process all_reduce_perf: $out"
+grep -q '^\[0\] # Avg bus bandwidth' <<<"$out" || fail "no [0]-prefixed summary line: $out"
+grep -q '^\[0\] # Ranks: 2' <<<"$out" || fail "not one world of 2: $out"
+
+# 2. Rank 1 fails with status 3 while the others would run for a minute: mwmsrun exits 3 at
+#    once and leaves nothing behind.
+marker="$work/mwmsrun-test-$$.sh"
+printf 'sleep 61\nsleep 61\n' > "$marker"
+start=$(date +%s)
+"$run" -np 3 --grace 1 -- sh -c 'case "$TF_CONFIG" in *"\"index\":1,"*|*"\"index\":1}"*) exit 3;;
+  *) exec sh "$0";; esac' "$marker" > "$work/fail.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" -eq 3 ] || fail "exit status $rc, expected rank 1's 3: $(cat "$work/fail.log")"
+[ "$took" -le 15 ] || fail "took ${took}s to stop the others"
+grep -q "rank 1 exited with status 3" "$work/fail.log" || fail "failure not reported: $(cat "$work/fail.log")"
+sleep 0.5
+if pgrep -f "$marker" > /dev/null; then fail "processes left running"; fi
+
+# 3. SIGTERM to mwmsrun reaches every process (each prints and exits 7); mwmsrun exits 128+15.
+"$run" -np 2 -- sh -c 'trap "echo got-term; exit 7" TERM; echo up; while :; do sleep 0.05; done' \
+  > "$work/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ "$(grep -c '] up' "$work/term.log")" -ge 2 ] && break; sleep 0.05; done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 143 ] || fail "exit status $rc after SIGTERM, expected 143: $(cat "$work/term.log")"
+for r in 0 1; do
+  grep -q "^\[$r\] got-term" "$work/term.log" || fail "rank $r did not get SIGTERM: $(cat "$work/term.log")"
+done
+
+# 4. --print-tf-config of 2 hosts x 2: every task's TF_CONFIG resolves to its rank in a world of 4.
+"$run" --hosts h1:2,h2:2 --print-tf-config > "$work/tf.txt" || fail "--print-tf-config"
+[ "$(grep -c "^TF_CONFIG='" "$work/tf.txt")" -eq 4 ] || fail "expected 4 TF_CONFIGs: $(cat "$work/tf.txt")"
+i=0
+while IFS= read -r line; do
+  printf '%s' "${line#TF_CONFIG=\'}" | sed "s/'\$//" > "$work/tf$i.json"
+  j=$("$doctor" --json --tf_config "$work/tf$i.json") || fail "doctor refused task $i: $j"
+  grep -q "\"task_id\":$i," <<<"$j" || fail "task $i resolved as $j"
+  grep -q '"num_workers":4' <<<"$j" || fail "task $i: not a world of 4: $j"
+  i=$((i + 1))
+done < <(grep "^TF_CONFIG=" "$work/tf.txt")
+grep -q '"h2:23457"' "$work/tf.txt" || fail "second slot of h2 not at port-base + 1"
+"$run" -np 3 --chief --print-tf-config | grep -q '"type":"chief"' || fail "--chief"
+
+# 5. Usage errors exit 2 with a message.
+"$run" -np 2 > "$work/u1.log" 2>&1; [ $? -eq 2 ] || fail "no PROGRAM: not 2"
+"$run" -np 2 -- /nonexistent/program > "$work/u2.log" 2>&1; [ $? -eq 2 ] || fail "bad PROGRAM: not 2"
+grep -q "cannot start /nonexistent/program" "$work/u2.log" || fail "$(cat "$work/u2.log")"
+"$run" --hosts 'h1:0' --print-tf-config > "$work/u3.log" 2>&1; [ $? -eq 2 ] || fail "h1:0 accepted"
+echo "mwmsrun: all checks passed"
