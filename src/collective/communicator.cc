@@ -14,6 +14,8 @@
 
 #include "collective/backend/backend.h"
 #include "collective/communicator_factory.h"
+#include "collective/trace.h"
+#include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
@@ -61,7 +63,18 @@ class WorkImpl final : public Work {
 class FrontEnd final : public Communicator {
  public:
   FrontEnd(ResolvedCluster cluster, std::unique_ptr<Backend> backend, double timeout)
-      : cluster_(std::move(cluster)), backend_(std::move(backend)), timeout_(timeout) {}
+      : cluster_(std::move(cluster)), backend_(std::move(backend)), timeout_(timeout) {
+    const std::string file = common::env_string("MWMS_TRACE_FILE");
+    const long long ring = common::env_int("MWMS_TRACE_BUFFER");
+    if (ring < 0 || ring > 1000000) {
+      throw InvalidArgument("MWMS_TRACE_BUFFER=" + std::to_string(ring) +
+                            " is outside [0, 1000000]");
+    }
+    if (backend_ && (!file.empty() || ring > 0)) {
+      tracer_ = std::make_unique<Tracer>(cluster_.task_id, file, static_cast<std::size_t>(ring),
+                                         backend_->describe());
+    }
+  }
 
   ~FrontEnd() override { stop_progress(); }
 
@@ -207,7 +220,7 @@ class FrontEnd final : public Communicator {
 
   // Runs one collective on the calling thread (or the progress thread); on failure poisons the
   // communicator and tells every peer.
-  void execute(const CollectiveArgs& a) {
+  void execute(const CollectiveArgs& a, bool async = false) {
     const char* name = kind_name(a.call.kind);
     if (poisoned_flag_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(poison_mutex_);
@@ -226,9 +239,36 @@ class FrontEnd final : public Communicator {
     ctx.op = name;
     ctx.seq = static_cast<std::int64_t>(a.call.seq);
     ctx.bytes = static_cast<std::int64_t>(a.call.count * dtype_size(a.call.dtype));
+    // Note [trace cost] in trace.h: nothing but this test when tracing is off.
+    TraceEvent ev;
+    if (tracer_) {
+      ev.seq = a.call.seq;
+      ev.bytes = static_cast<std::uint64_t>(ctx.bytes);
+      ev.kind = static_cast<std::uint8_t>(a.call.kind);
+      ev.dtype = static_cast<std::uint8_t>(a.call.dtype);
+      ev.op = static_cast<std::uint8_t>(a.call.op);
+      ev.async = async;
+      ev.start_us = Tracer::now_us();
+    }
     try {
       backend_->run(a, ctx);
+      if (tracer_) {
+        ev.end_us = Tracer::now_us();
+        ev.algorithm = backend_->last_algorithm();
+        tracer_->record(ev);
+      }
     } catch (const Error& e) {
+      if (tracer_) {
+        ev.end_us = Tracer::now_us();
+        ev.algorithm = backend_->last_algorithm();
+        ev.failed = true;
+        tracer_->record(ev);
+        if (!tracer_->recent().empty()) {
+          MWMS_LOG_WARN(kColl, "the last collectives of rank " << rank()
+                                   << " (MWMS_TRACE_BUFFER), oldest first:"
+                                   << tracer_->recent_text());
+        }
+      }
       {
         std::lock_guard<std::mutex> lock(poison_mutex_);
         poisoned_ = e.what();
@@ -293,7 +333,7 @@ class FrontEnd final : public Communicator {
       }
       std::exception_ptr error;
       try {
-        execute(p.args);
+        execute(p.args, /*async=*/true);
       } catch (...) {
         error = std::current_exception();
       }
@@ -318,6 +358,7 @@ class FrontEnd final : public Communicator {
   bool stopping_ = false;
   std::thread progress_;
   bool finalized_ = false;  // read and written by the calling thread only
+  std::unique_ptr<Tracer> tracer_;  // MWMS_TRACE_FILE / MWMS_TRACE_BUFFER; null when off
 };
 
 }  // namespace

@@ -42,6 +42,10 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SHM_RING_BYTES", EnvType::kInt, "0", ">= 0",
        "Capacity of each shared-memory ring, in bytes (rounded up to 4096); 0: 4 x "
        "MWMS_CHUNK_BYTES."},
+      {"MWMS_TRACE_FILE", EnvType::kString, "", "a path; %r becomes the rank",
+       "Writes a Chrome trace (chrome://tracing, Perfetto) of every collective of each rank."},
+      {"MWMS_TRACE_BUFFER", EnvType::kInt, "0", "0-1000000",
+       "Keeps the last K collectives of each rank and logs them when a collective fails."},
       {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd|hier",
        "Forces one algorithm for every collective it applies to; a name that does not apply "
        "to a call is an error. CommunicatorOptions::algorithm overrides it."},

@@ -30,6 +30,9 @@ class Backend {
   /// errors of the collective (TimeoutError, PeerError, CollectiveMismatchError, ...) with
   /// `ctx` filled in.
   virtual void run(const CollectiveArgs& args, const ErrorContext& ctx) = 0;
+  /// AlgorithmId of the last collective run() started (0xff: none or not applicable), for the
+  /// trace (trace.h).
+  virtual std::uint8_t last_algorithm() const noexcept { return 0xff; }
   /// Tells every peer that `failed_rank` failed (best effort, never throws).
   virtual void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept = 0;
   /// Tells every peer that this rank finalized after `collectives` collectives (Note [finalize]

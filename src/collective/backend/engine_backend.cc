@@ -64,6 +64,7 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
     char* own = b.recv + static_cast<std::size_t>(call.rank) * block;
     if (own != b.send && block > 0) std::memmove(own, b.send, block);
   }
+  last_algorithm_ = 0xff;
   if (n == 1) {
     if (call.kind == CollectiveKind::kReduceScatter && b.recv != b.send && call.count > 0) {
       std::memmove(b.recv, b.send, call.count * esize);
@@ -78,6 +79,7 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   in.topology = options_.topology;
   Selection sel = select_algorithm(in, options_.selector);
   call.algorithm = static_cast<std::uint8_t>(sel.algorithm->id());
+  last_algorithm_ = call.algorithm;
   MWMS_LOG_DEBUG(kColl, kind_name(call.kind) << " seq " << call.seq << " " << in.bytes
                                              << " bytes: " << sel.algorithm->name() << " ("
                                              << sel.reason << ")");

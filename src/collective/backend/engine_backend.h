@@ -29,6 +29,7 @@ class EngineBackend final : public Backend {
   const char* name() const noexcept override { return "engine"; }
   std::string describe() const override;
   void run(const CollectiveArgs& args, const ErrorContext& ctx) override;
+  std::uint8_t last_algorithm() const noexcept override { return last_algorithm_; }
   void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept override;
   void finalize(std::uint64_t collectives) noexcept override;
 
@@ -59,6 +60,7 @@ class EngineBackend final : public Backend {
   };
   Plan plan_;
   PlanKey plan_key_;  // what plan_ was built for (Note [plan cache])
+  std::uint8_t last_algorithm_ = 0xff;
   std::vector<char> scratch_;
 };
 
