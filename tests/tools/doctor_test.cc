@@ -1,5 +1,9 @@
 // mwms-doctor as a user runs it: the real binary, TF_CONFIG in its environment, JSON on stdout.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -7,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -21,8 +26,9 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-Run doctor(const std::string& tf_config) {
-  std::string cmd = "TF_CONFIG=" + quote(tf_config) + " " MWMS_DOCTOR_PATH " --json 2>/dev/null";
+Run doctor(const std::string& tf_config, const std::string& extra = "") {
+  std::string cmd = "TF_CONFIG=" + quote(tf_config) + " " MWMS_DOCTOR_PATH " --json " + extra +
+                    " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -141,4 +147,71 @@ TEST_CASE("mwms-doctor: Slurm ports from MWMS_SLURM_PORT_BASE", "[unit][tools]")
   CHECK(bad.status == 2);
   CHECK(nlohmann::json::parse(bad.out).at("error").get<std::string>().find(
             "MWMS_SLURM_PORT_BASE=0 is not a port") != std::string::npos);
+}
+
+namespace {
+
+// A loopback TCP listener on an ephemeral port (closed with the object), and a free port.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+};
+
+std::string two_workers(int port0, int port1, int index, const std::string& host0 = "127.0.0.1",
+                        const std::string& host1 = "127.0.0.1") {
+  return "{\"cluster\":{\"worker\":[\"" + host0 + ":" + std::to_string(port0) + "\",\"" +
+         host1 + ":" + std::to_string(port1) + "\"]},\"task\":{\"type\":\"worker\","
+         "\"index\":" + std::to_string(index) + "}}";
+}
+
+std::vector<std::string> severities(const Run& r) {
+  std::vector<std::string> out;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  for (const auto& f : doc.at("check")) out.push_back(f.at("severity").get<std::string>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mwms-doctor check finds a busy port, a foreign address and says why", "[unit][tools]") {
+  Listener busy;
+  int free_port = 0;
+  {
+    Listener probe;
+    free_port = probe.port;
+  }
+  // This task's port is free and the peer's is taken by someone: ok, info; exit 0.
+  Run a = doctor(two_workers(free_port, busy.port, 0), "check --timeout 1");
+  INFO(a.out);
+  CHECK(a.status == 0);
+  CHECK(severities(a) == std::vector<std::string>{"ok", "info"});
+  // This task's own port is taken: an error naming the port, with the fix; exit 2.
+  Run b = doctor(two_workers(free_port, busy.port, 1), "check --timeout 1");
+  INFO(b.out);
+  CHECK(b.status == 2);
+  REQUIRE(severities(b) == std::vector<std::string>{"ok", "error"});
+  const nlohmann::json b_doc = nlohmann::json::parse(b.out);
+  const nlohmann::json& f = b_doc["check"][1];
+  CHECK(f["what"].get<std::string>().find("port " + std::to_string(busy.port) +
+                                          " is already in use") != std::string::npos);
+  CHECK_FALSE(f["fix"].get<std::string>().empty());
+  // This task's address is not this machine's (TEST-NET-1, RFC 5737): the wrong index, or DNS.
+  Run c = doctor(two_workers(free_port, busy.port, 0, "192.0.2.1", "192.0.2.2"), "check --timeout 0.2");
+  INFO(c.out);
+  CHECK(c.status == 2);
+  const nlohmann::json c_doc = nlohmann::json::parse(c.out);
+  CHECK(c_doc["check"][0]["cause"].get<std::string>().find("wrong task index") !=
+        std::string::npos);
 }

@@ -5,14 +5,26 @@
 //   mwms-doctor                       # TF_CONFIG, else mpirun, torchrun, srun, else one process
 //   mwms-doctor --tf_config tf.json   # a TF_CONFIG value stored in a file
 //   mwms-doctor --job_name worker --task_index 1 --cluster_spec cluster.json
+//   mwms-doctor check                 # and the network: DNS, this task's port, every peer
 //   mwms-doctor --json                # one JSON object for scripts; "sources" lists what
 //                                     # every launcher present resolved
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
@@ -103,6 +115,164 @@ std::string dump(const nlohmann::json& doc) {
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// ---- mwms-doctor check (Note [doctor check]) ----
+//
+// Note [doctor check]: what can be checked on one host before a job starts, each finding with
+// its plain cause and fix: every task's host resolves (DNS or /etc/hosts); this task's address
+// belongs to this machine (else: a wrong task index, a host name that resolves elsewhere, or a
+// container without host networking) and its port is free (else: a previous job still running);
+// every peer answers a TCP connect within --timeout (refused is normal before the job starts,
+// silence is a firewall or a host that is down). Connects are non-blocking with a deadline.
+
+struct Finding {
+  std::string severity;  // "ok", "info", "warning", "error"
+  std::string what;
+  std::string cause;
+  std::string fix;
+};
+
+std::pair<std::string, std::string> split_address(const std::string& a) {
+  const std::size_t colon = a.rfind(':');
+  std::string host = a.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, colon == std::string::npos ? "" : a.substr(colon + 1)};
+}
+
+// Resolves host:port to socket addresses; empty and *error set when it does not resolve.
+std::vector<sockaddr_storage> resolve(const std::string& host, const std::string& port,
+                                      std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::vector<sockaddr_storage> out;
+  const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    *error = ::gai_strerror(rc);
+    return out;
+  }
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    sockaddr_storage ss{};
+    std::memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    out.push_back(ss);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+socklen_t length_of(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// 0 when `ss` can be bound (port free, address local), else errno.
+int try_bind(const sockaddr_storage& ss) {
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int rc = ::bind(fd, reinterpret_cast<const sockaddr*>(&ss), length_of(ss)) == 0 ? 0 : errno;
+  ::close(fd);
+  return rc;
+}
+
+// 0 connected; ETIMEDOUT no answer within `seconds`; else the connect error.
+int try_connect(const sockaddr_storage& ss, double seconds) {
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno;
+  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&ss), length_of(ss));
+  if (rc == 0) {
+    ::close(fd);
+    return 0;
+  }
+  if (errno != EINPROGRESS) {
+    const int e = errno;
+    ::close(fd);
+    return e;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  rc = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+  int err = ETIMEDOUT;
+  if (rc > 0) {
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  ::close(fd);
+  return err;
+}
+
+bool in_container() {
+  return ::access("/.dockerenv", F_OK) == 0 || ::access("/run/.containerenv", F_OK) == 0;
+}
+
+std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeout) {
+  std::vector<Finding> out;
+  if (r.ring.empty() || !r.in_ring || r.source == mwms::ClusterSource::kMpi) {
+    out.push_back({"info", "nothing to check: " + std::string(r.ring.empty() ? "a single process"
+                                                              : !r.in_ring ? "an evaluator"
+                                                                           : "mpirun exchanges the addresses at start-up"),
+                   "", ""});
+    return out;
+  }
+  for (std::size_t i = 0; i < r.ring.size(); ++i) {
+    const int rank = static_cast<int>(i);
+    const std::string name = r.task_name_of_rank(rank) + " (" + r.ring[i] + ")";
+    const auto [host, port] = split_address(r.ring[i]);
+    std::string error;
+    const auto addrs = resolve(host, port, &error);
+    if (addrs.empty()) {
+      out.push_back({"error", name + ": host " + host + " does not resolve (" + error + ")",
+                     "a typo, or a name only some hosts know (DNS or /etc/hosts)",
+                     "use the name every host resolves, or the host's IP address"});
+      continue;
+    }
+    if (rank == r.task_id) {
+      const int e = try_bind(addrs.front());
+      if (e == 0) {
+        out.push_back({"ok", name + ": this task's address is on this machine and port " + port +
+                                 " is free", "", ""});
+      } else if (e == EADDRINUSE) {
+        out.push_back({"error", name + ": port " + port + " is already in use on this machine",
+                       "another process listens there: a previous job still running, or "
+                       "another service",
+                       "stop it (ss -ltnp 'sport = :" + port + "' shows who), or give this task "
+                       "another port in TF_CONFIG on every host"});
+      } else if (e == EADDRNOTAVAIL) {
+        out.push_back({"error", name + ": " + host + " is not an address of this machine",
+                       std::string("this process was started with the wrong task index (it is "
+                                   "listed as another host's task), or ") + host +
+                           " resolves to another machine" +
+                           (in_container() ? ", or this container has no host networking "
+                                             "(its address is not the host's)" : ""),
+                       "check task.index on this host against the cluster list" +
+                           std::string(in_container() ? "; run the container with --network host "
+                                                        "or list the container's own address"
+                                                      : "")});
+      } else {
+        out.push_back({"warning", name + ": cannot bind " + r.ring[i] + ": " + std::strerror(e),
+                       "", "run mwms-doctor as the user the job runs as"});
+      }
+      continue;
+    }
+    const int e = try_connect(addrs.front(), timeout);
+    if (e == 0) {
+      out.push_back({"info", name + ": something already listens there",
+                     "the job is running there, or another program holds that port",
+                     "nothing, if that task is already started"});
+    } else if (e == ECONNREFUSED) {
+      out.push_back({"ok", name + ": reachable (nothing listens yet, as expected before the job "
+                               "starts)", "", ""});
+    } else if (e == ETIMEDOUT) {
+      out.push_back({"warning", name + ": no answer within " + std::to_string(timeout) + " s",
+                     "a firewall or security group drops the packets, or the host is down",
+                     "open the job's ports between the hosts (TCP), or start that host"});
+    } else {
+      out.push_back({"error", name + ": cannot connect: " + std::strerror(e),
+                     "no route to that host from here", "check the network between the hosts"});
+    }
+  }
+  return out;
+}
+
 void print_error(bool json, const char* what, const char* kind) {
   std::cerr << "mwms-doctor: " << kind << ": " << what << std::endl;
   if (json) std::cout << dump(nlohmann::json{{"error", what}}) << std::endl;
@@ -129,6 +299,14 @@ int main(int argc, char** argv) {
   index_opt->needs(job_opt);
   spec_opt->needs(job_opt);
   tf_opt->excludes(job_opt)->excludes(index_opt)->excludes(spec_opt);
+  double check_timeout = 2;
+  CLI::App* check = app.add_subcommand(
+      "check", "also check the network: every host resolves, this task's address is local and "
+               "its port free, every peer answers a TCP connect (findings with cause and fix; "
+               "exit 2 on an error finding)");
+  check->fallthrough();
+  check->add_option("--timeout", check_timeout, "seconds to wait for each peer's answer")
+      ->capture_default_str()->check(CLI::Range(0.01, 60.0));
   CLI11_PARSE(app, argc, argv);
 
   mwms::EnvironmentReport report;
@@ -147,10 +325,23 @@ int main(int argc, char** argv) {
       from_environment = true;
       resolved = mwms::resolve_from_environment();
     }
+    std::vector<Finding> findings;
+    if (check->parsed()) findings = check_cluster(resolved, check_timeout);
+    const bool any_error = std::any_of(findings.begin(), findings.end(),
+                                       [](const Finding& f) { return f.severity == "error"; });
     if (json) {
       nlohmann::json out = to_json(resolved);
       if (from_environment) out["sources"] = sources_json(report);
+      if (check->parsed()) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const Finding& f : findings) {
+          list.push_back({{"severity", f.severity}, {"what", f.what}, {"cause", f.cause},
+                          {"fix", f.fix}});
+        }
+        out["check"] = list;
+      }
       std::cout << dump(out) << std::endl;
+      return any_error ? 2 : 0;
     } else {
       print_human(resolved);
       for (const auto& s : report.sources) {
@@ -158,8 +349,18 @@ int main(int argc, char** argv) {
                   << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
                   << ", rank " << s.rank << ", local rank " << s.local_rank << "\n";
       }
+      if (check->parsed()) {
+        std::cout << "check:\n";
+        for (const Finding& f : findings) {
+          std::cout << "  [" << f.severity << "] " << f.what << "\n";
+          if (!f.cause.empty()) std::cout << "      cause: " << f.cause << "\n";
+          if (!f.fix.empty()) std::cout << "      fix:   " << f.fix << "\n";
+        }
+        std::cout << "  compare the fingerprint " << resolved.cluster.fingerprint()
+                  << " across hosts: every task must print the same\n";
+      }
     }
-    return 0;
+    return any_error ? 2 : 0;
   } catch (const mwms::Error& e) {
     std::cerr << "mwms-doctor: error: " << e.what() << std::endl;
     if (json) {
