@@ -2,6 +2,8 @@
 // MultiWorkerMirroredStrategy. Runs as one process, under mpirun, with TF_CONFIG, or with TF1-style
 // --job_name/--task_index/--cluster_spec flags. See examples/README.md.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 
@@ -154,6 +156,32 @@ std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(
   return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options);
 }
 
+// A one-line progress bar on a terminal (step, this worker's loss, images/s), redrawn at most
+// 5 times a second; nothing when stdout is not a terminal (logs get the per-epoch lines only).
+class ProgressBar {
+ public:
+  ProgressBar(int epoch, int epochs, std::size_t global_batch)
+      : epoch_(epoch), epochs_(epochs), batch_(global_batch) {}
+  void operator()(int step, int steps, double loss, double seconds) {
+    if (step < steps && seconds - last_ < 0.2) return;
+    last_ = seconds;
+    const int width = 30;
+    const int filled = steps > 0 ? width * step / steps : width;
+    const double rate = seconds > 0 ? static_cast<double>(step) * batch_ / seconds : 0;
+    std::printf("\r\033[Kepoch %d/%d [%s%s] %d/%d  loss %.4f  %.0f images/s", epoch_, epochs_,
+                std::string(static_cast<std::size_t>(filled), '=').c_str(),
+                std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), step, steps,
+                loss, rate);
+    if (step == steps) std::printf("\r\033[K");  // the epoch line replaces the bar
+    std::fflush(stdout);
+  }
+
+ private:
+  int epoch_, epochs_;
+  std::size_t batch_;
+  double last_ = -1;
+};
+
 void print_epoch(const EpochStats& e, int epochs) {
   std::printf("epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f images/s, all-reduce %.1f%% of "
               "%.2f s (%.3f s exposed of %.3f s)\n",
@@ -192,6 +220,10 @@ int run(const Flags& flags) {
   summary.seed = f.train.seed;
   summary.epochs = std::max(first_epoch, f.train.epochs);
   for (int epoch = first_epoch; epoch < f.train.epochs; ++epoch) {
+    if (leader && ::isatty(STDOUT_FILENO)) {
+      trainer.set_progress(ProgressBar(epoch + 1, f.train.epochs,
+                                       static_cast<std::size_t>(f.train.global_batch_size)));
+    }
     EpochStats stats = trainer.train_epoch(epoch);
     stats.test_accuracy = trainer.evaluate();
     summary.per_epoch.push_back(stats);

@@ -166,6 +166,10 @@ EpochStats Trainer::train_epoch(int epoch) {
       strategy_.all_reduce_gradients(grad_tensors_, ReduceOp::kSum);
     }
     optimizer_.step(model_.params(), model_.gradients());
+    if (progress_) {
+      progress_(step + 1, steps, loss_sum / (static_cast<double>(step + 1) * std::max(local, 1)),
+                now_seconds() - start);
+    }
   }
   EpochStats stats;
   stats.epoch = epoch + 1;

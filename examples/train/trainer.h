@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ class Trainer {
   /// Collective. Trains epoch `epoch` (0-based); losses are reduced across workers.
   EpochStats train_epoch(int epoch);
 
+  /// Called after every step of train_epoch with (step done, steps, this worker's mean loss so
+  /// far, seconds since the epoch started); for a progress display (it throttles itself).
+  using Progress = std::function<void(int, int, double, double)>;
+  void set_progress(Progress progress) { progress_ = std::move(progress); }
+
   /// Collective. Accuracy on the whole test set: each worker evaluates its shard of it and the
   /// correct counts are summed across workers.
   double evaluate();
@@ -78,6 +84,7 @@ class Trainer {
   Shard shard_;                         // this worker's rows of every global batch
   std::vector<TensorRef> grad_tensors_; // the flat gradient, whole or per layer
   std::vector<TensorRef> sync_tensors_; // overlap: the gradient in backprop order
+  Progress progress_;
   std::vector<std::uint32_t> order_;    // the epoch's global shuffle
   FloatBuffer batch_x_;          // shard rows, gathered and scaled
   std::vector<std::uint8_t> batch_y_;
