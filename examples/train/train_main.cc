@@ -37,6 +37,7 @@ struct Flags {
   std::string cluster_spec_file;
   std::size_t bytes_per_pack = 0;
   double timeout_seconds = 0;
+  std::string compression = "none";
 };
 
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
@@ -85,6 +86,10 @@ int parse_flags(int argc, char** argv, Flags& f) {
                  "this many blocks (0: all-reduce after backprop); with 0 --bytes_per_pack, "
                  "buckets of 128 KiB")
       ->check(CLI::Range(0, 784))
+      ->capture_default_str();
+  app.add_option("--compression", f.compression,
+                 "Gradients on the wire: none, fp16 or bf16 (Horovod's Compression.fp16)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
                  "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)")
@@ -153,6 +158,9 @@ std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(
   // Overlap needs buckets smaller than the 0.8 MB gradient to have something to overlap.
   if (f.train.overlap_blocks > 0 && options.bytes_per_pack == 0) options.bytes_per_pack = 128 << 10;
   options.timeout_seconds = f.timeout_seconds;
+  options.compression = f.compression == "fp16"   ? mwms::Compression::kFloat16
+                        : f.compression == "bf16" ? mwms::Compression::kBFloat16
+                                                  : mwms::Compression::kNone;
   return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options);
 }
 

@@ -21,6 +21,12 @@ enum class Implementation { kAuto, kRing, kNccl };
 /// (MPI_Isend/MPI_Irecv) under `mpirun`, our algorithms on top. Every rank must choose alike.
 enum class TransportChoice { kAuto, kTcp, kShm, kMpi, kFromEnvironment };
 
+/// Gradient compression on the wire (Horovod's hvd.Compression.fp16): float32 gradients are
+/// converted to a 16-bit type before their all-reduce, summed in it, and converted back, halving
+/// the bytes moved at the cost of precision (float16: 11 significant bits, overflow above 65504;
+/// bfloat16: 8 bits, float32's range). Tensors of other dtypes are sent as they are.
+enum class Compression { kNone, kFloat16, kBFloat16 };
+
 /// tf.distribute.experimental.CommunicationOptions.
 struct MWMS_API CommunicationOptions {
   /// Implementation to use; kAuto by default.
@@ -31,6 +37,9 @@ struct MWMS_API CommunicationOptions {
   std::size_t bytes_per_pack = 0;
   /// Deadline for every collective, in seconds. <= 0 uses MWMS_TIMEOUT_SECONDS (default 300).
   double timeout_seconds = 0;
+  /// Compression of float32 gradients in all_reduce_gradients and the overlapped gradient sync;
+  /// off by default. Every worker must use the same.
+  Compression compression = Compression::kNone;
 };
 
 /// Options of a Communicator (lower level than CommunicationOptions).

@@ -134,4 +134,20 @@ void scale_divide(void* buffer, std::size_t count, DataType dtype, int divisor) 
   detail::scale_divide_baseline(buffer, count, dtype, divisor);
 }
 
+void float32_to_16(std::uint16_t* dst, const float* src, std::size_t count, DataType to) noexcept {
+  if (to == DataType::kBFloat16) {
+    for (std::size_t i = 0; i < count; ++i) dst[i] = detail::float_to_bfloat16_inline(src[i]);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) dst[i] = detail::float_to_half_inline(src[i]);
+  }
+}
+
+void float16_to_32(float* dst, const std::uint16_t* src, std::size_t count, DataType from) noexcept {
+  if (from == DataType::kBFloat16) {
+    for (std::size_t i = 0; i < count; ++i) dst[i] = detail::bfloat16_to_float_inline(src[i]);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) dst[i] = detail::half_to_float_inline(src[i]);
+  }
+}
+
 }  // namespace mwms::kernels

@@ -42,6 +42,13 @@ std::uint16_t float_to_half(float f) noexcept;
 float bfloat16_to_float(std::uint16_t b) noexcept;
 std::uint16_t float_to_bfloat16(float f) noexcept;
 
+/// dst[i] = src[i] converted, for float32 -> float16/bfloat16 and back (`to` and `from` name the
+/// 16-bit type; the conversions above, element by element). Gradient compression on the wire
+/// (CommunicationOptions::compression). Never throws, never allocates; dst and src must not
+/// overlap.
+void float32_to_16(std::uint16_t* dst, const float* src, std::size_t count, DataType to) noexcept;
+void float16_to_32(float* dst, const std::uint16_t* src, std::size_t count, DataType from) noexcept;
+
 namespace detail {
 
 /// Instruction-set variants of reduce() and scale_divide(), in increasing order of what they need

@@ -7,6 +7,7 @@
 
 #include "common/env.h"
 #include "common/logging.h"
+#include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/strategy.h"
 
@@ -18,6 +19,8 @@ struct SyncBucket {
   std::size_t last = 0;
   std::size_t bytes = 0;
   bool contiguous = true;    // reduced in place; otherwise through `pack`
+  bool compressed = false;             // float32 sent as `wire` through `pack` (Note [compression])
+  DataType wire = DataType::kFloat16;
   std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
   std::size_t waiting = 0;   // tensors not ready yet
   std::shared_ptr<Work> work;
@@ -148,6 +151,29 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
                         gradients[i - 1].count * dtype_size(dtype);
       contiguous = end == gradients[i].data;
     }
+    const Compression c = impl_->options.compression;
+    if (c != Compression::kNone && dtype == DataType::kFloat32) {
+      // Note [compression]: pack as 16-bit values, sum in them, unpack.
+      const DataType wire = c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
+      if (impl_->pack.size() < elems * 2) {
+        impl_->pack.resize(std::max(elems * 2, impl_->options.bytes_per_pack));
+      }
+      auto* p16 = reinterpret_cast<std::uint16_t*>(impl_->pack.data());
+      std::size_t at = 0;
+      for (std::size_t i = first; i < last; ++i) {
+        kernels::float32_to_16(p16 + at, static_cast<const float*>(gradients[i].data),
+                               gradients[i].count, wire);
+        at += gradients[i].count;
+      }
+      comm.all_reduce(p16, elems, wire, op);
+      at = 0;
+      for (std::size_t i = first; i < last; ++i) {
+        kernels::float16_to_32(static_cast<float*>(gradients[i].data), p16 + at,
+                               gradients[i].count, wire);
+        at += gradients[i].count;
+      }
+      return;
+    }
     if (contiguous) {
       comm.all_reduce(gradients[first].data, elems, dtype, op);
       return;
@@ -173,6 +199,11 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
   impl_->exposed_seconds += took;  // blocking: nothing hides it
 }
 
+// Note [compression]: with CommunicationOptions::compression, a float32 bucket is converted
+// into 16-bit values in a pack buffer, all-reduced in that type (the kernels sum float16 and
+// bfloat16 in float32 and round once per step, so every rank gets the same bits) and converted
+// back: half the bytes on the wire, two conversions per element on each worker (Horovod's
+// Compression.fp16 does the same).
 // Note [overlapped buckets]: buckets start strictly in list order, each once all its tensors
 // are ready, so every worker issues the same all-reduces in the same order (the communicator
 // runs them in call order on its progress thread) even when backprop marks tensors ready in
@@ -215,7 +246,14 @@ void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRe
                            gradients[i - 1].count * esize ==
                        gradients[i].data;
       }
-      if (!b.contiguous) b.pack.resize(bytes);
+      const Compression c = m.options.compression;
+      if (c != Compression::kNone && gradients[first].dtype == DataType::kFloat32) {
+        b.compressed = true;
+        b.wire = c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
+        b.pack.resize(bytes / 2);
+      } else if (!b.contiguous) {
+        b.pack.resize(bytes);
+      }
       for (std::size_t i = first; i < last; ++i) m.bucket_of[i] = m.buckets.size();
       m.buckets.push_back(std::move(b));
     });
@@ -247,6 +285,21 @@ void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
     const DataType dtype = m.sync_tensors[b.first].dtype;
     const std::size_t esize = dtype_size(dtype);
     void* data = m.sync_tensors[b.first].data;
+    if (b.compressed) {
+      auto* p16 = reinterpret_cast<std::uint16_t*>(b.pack.data());
+      std::size_t at = 0;
+      for (std::size_t i = b.first; i < b.last; ++i) {
+        kernels::float32_to_16(p16 + at, static_cast<const float*>(m.sync_tensors[i].data),
+                               m.sync_tensors[i].count, b.wire);
+        at += m.sync_tensors[i].count;
+      }
+      if (!m.launched_any) {
+        m.first_launch = std::chrono::steady_clock::now();
+        m.launched_any = true;
+      }
+      b.work = m.comm->all_reduce_async(p16, at, b.wire, m.sync_op);
+      continue;
+    }
     if (!b.contiguous) {
       char* p = b.pack.data();
       for (std::size_t i = b.first; i < b.last; ++i) {
@@ -280,6 +333,17 @@ void MultiWorkerMirroredStrategy::finish_gradient_sync() {
       b.work->wait();
     } catch (...) {
       if (!error) error = std::current_exception();
+      continue;
+    }
+    if (b.compressed) {
+      if (error) continue;
+      const auto* p16 = reinterpret_cast<const std::uint16_t*>(b.pack.data());
+      std::size_t at = 0;
+      for (std::size_t i = b.first; i < b.last; ++i) {
+        kernels::float16_to_32(static_cast<float*>(m.sync_tensors[i].data), p16 + at,
+                               m.sync_tensors[i].count, b.wire);
+        at += m.sync_tensors[i].count;
+      }
       continue;
     }
     if (!b.contiguous && !error) {

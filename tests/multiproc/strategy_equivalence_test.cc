@@ -212,3 +212,47 @@ TEST_CASE("overlapped gradient sync gives the blocking result whatever the ready
     for (const auto& r : results) REQUIRE(r.exit_code == 0);
   }
 }
+
+TEST_CASE("fp16 and bf16 gradient compression sum exactly what the 16-bit types can hold, and "
+          "round the rest as the 16-bit sum does", "[tcp][strategy]") {
+  for (mwms::Compression c : {mwms::Compression::kFloat16, mwms::Compression::kBFloat16}) {
+    mwms::testing::LaunchOptions launch;
+    launch.world_size = 3;
+    launch.timeout_seconds = 60;
+    auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto) {
+      mwms::CommunicationOptions options;
+      options.compression = c;
+      options.bytes_per_pack = 4096;  // several buckets
+      mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options);
+      for (bool overlap : {false, true}) {
+        // Multiples of 1/4 up to 64: exact in float16 and bfloat16, and so are their sums.
+        std::vector<float> a(3000), b(50);
+        std::vector<double> ints(7, rank + 0.1);  // float64: never compressed
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.25f * static_cast<float>((i + rank) % 64);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = -1.0f * static_cast<float>(rank);
+        // 1 + 2^-12: float16 rounds it to 1, bfloat16 too, float32 keeps it.
+        a[0] = 1.0f + std::ldexp(1.0f, -12);
+        std::vector<mwms::TensorRef> grads = {{a.data(), a.size()}, {b.data(), b.size()},
+                                              {ints.data(), ints.size(), mwms::DataType::kFloat64}};
+        if (overlap) {
+          strategy.begin_gradient_sync(grads);
+          strategy.finish_gradient_sync();
+        } else {
+          strategy.all_reduce_gradients(grads);
+        }
+        if (a[0] != 3.0f) throw std::runtime_error("a[0] = " + std::to_string(a[0]) + ", expected 3 (rounded)");
+        for (std::size_t i = 1; i < a.size(); ++i) {
+          float want = 0;
+          for (int r = 0; r < 3; ++r) want += 0.25f * static_cast<float>((i + r) % 64);
+          if (a[i] != want) throw std::runtime_error("a[" + std::to_string(i) + "] wrong");
+        }
+        for (float v : b) if (v != -3.0f) throw std::runtime_error("b wrong");
+        for (double v : ints) {
+          if (std::fabs(v - 3.3) > 1e-12) throw std::runtime_error("float64 tensor was compressed");
+        }
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  }
+}
