@@ -21,11 +21,12 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
 if ! clang++ -fsanitize=fuzzer "$probe/p.cc" -o "$probe/p" 2> /dev/null; then
   echo "run_fuzz.sh: skipped: clang++ has no libFuzzer (Debian package libclang-rt-14-dev)"; exit 0
 fi
+mkdir -p build-fuzz
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DMWMS_FUZZ=ON -DMWMS_SANITIZE=address,undefined \
   -DCMAKE_CXX_FLAGS=-fno-sanitize-recover=undefined -DMWMS_WITH_MPI=OFF -DMWMS_WITH_CUDA=OFF \
   -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF > build-fuzz/configure.log 2>&1 ||
-  { mkdir -p build-fuzz; cat build-fuzz/configure.log 2> /dev/null; exit 1; }
+  { cat build-fuzz/configure.log; exit 1; }
 cmake --build build-fuzz -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") > build-fuzz/build.log 2>&1 ||
   { tail -30 build-fuzz/build.log; exit 1; }
 status=0

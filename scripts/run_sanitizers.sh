@@ -24,10 +24,11 @@ for kind in "${kinds[@]}"; do
   esac
   dir=build-$kind
   echo "run_sanitizers.sh: $kind: building $dir"
+  mkdir -p "$dir"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMWMS_SANITIZE="$san" \
     -DCMAKE_CXX_FLAGS="$flags" -DMWMS_WITH_MPI=OFF -DMWMS_WITH_CUDA=OFF -DMWMS_BUILD_BENCH=OFF \
-    > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-  cmake --build "$dir" -j"$jobs" > "$dir.build.log" 2>&1 || { tail -40 "$dir.build.log"; exit 1; }
+    > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+  cmake --build "$dir" -j"$jobs" > "$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
   echo "run_sanitizers.sh: $kind: testing"
   if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

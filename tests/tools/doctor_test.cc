@@ -215,3 +215,12 @@ TEST_CASE("mwms-doctor check finds a busy port, a foreign address and says why",
   CHECK(c_doc["check"][0]["cause"].get<std::string>().find("wrong task index") !=
         std::string::npos);
 }
+
+TEST_CASE("mwms-doctor usage errors exit 2 with a JSON error under --json", "[unit][tools]") {
+  for (const char* bad : {"--bogus", "--task_index 1", "--tf_config x.json --job_name worker"}) {
+    Run r = doctor("{}", bad);
+    INFO(bad << ": " << r.out);
+    CHECK(r.status == 2);
+    CHECK(nlohmann::json::parse(r.out).contains("error"));
+  }
+}

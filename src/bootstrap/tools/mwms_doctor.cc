@@ -307,7 +307,17 @@ int main(int argc, char** argv) {
   check->fallthrough();
   check->add_option("--timeout", check_timeout, "seconds to wait for each peer's answer")
       ->capture_default_str()->check(CLI::Range(0.01, 60.0));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // A usage error is a configuration error too: exit 2 (0 or 2 on every input), and --json
+    // callers get a JSON object.
+    print_error(json, e.what(), "usage error");
+    std::cerr << "Run with --help for usage." << std::endl;
+    return 2;
+  }
 
   mwms::EnvironmentReport report;
   bool from_environment = false;
