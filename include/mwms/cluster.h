@@ -62,15 +62,17 @@ MWMS_API const char* source_name(ClusterSource source) noexcept;
 /// job it holds only rank 0's address (MASTER_ADDR:MASTER_PORT) until the rendezvous has
 /// exchanged endpoints. A Slurm job lists every task (node:MWMS_SLURM_PORT_BASE + local id).
 struct MWMS_API ResolvedCluster {
+  /// The whole cluster: TF_CONFIG's, the flags' or the explicit one; for Slurm one "worker" job of
+  /// every task; empty for MPI, torchrun and a process started with no source.
   ClusterSpec cluster;
-  TaskSpec task;
+  TaskSpec task;  ///< this process's task; {"worker", rank} for the launcher sources
   int task_id = 0;          ///< rank in the ring (TF's id_in_cluster); 0 for an evaluator
   int num_workers = 1;      ///< world size: chiefs + workers (1 for an evaluator)
   bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief; an
                             ///< evaluator is chief of its own world (multi_worker_util.is_chief)
   bool in_ring = true;      ///< false for an evaluator: its own world of one, never joins the ring
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
-  ClusterSource source = ClusterSource::kDefault;
+  ClusterSource source = ClusterSource::kDefault;  ///< where the configuration came from
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
   int local_rank = 0;  ///< rank among processes on this host (from the launcher when known)
 
@@ -123,20 +125,30 @@ struct MWMS_API LaunchSourceReport {
   std::string source;   ///< source_name() of the source
   std::string detail;   ///< the variables it read
   int world_size = -1;  ///< -1 when unknown (PMIX_RANK without a size) or on error
-  int rank = -1;
-  int local_rank = -1;
+  int rank = -1;        ///< the rank this source gives this process; -1 on error
+  int local_rank = -1;  ///< rank among this host's processes (0 when not given); -1 on error
   std::string error;    ///< this source's own error (a malformed variable), else empty
 };
 
-/// Every source present in the environment, in precedence order, with what each resolved; the
-/// chosen source (as resolve_from_environment chooses) and the error resolve_from_environment
-/// would raise (a conflict, a malformed variable), empty when it would succeed. Never throws
-/// mwms::Error (they are reported in the fields).
+/// What inspect_environment() found: every launcher source present in the environment with what
+/// each resolved, the source resolve_from_environment() would choose, and the error it would raise.
 struct MWMS_API EnvironmentReport {
+  /// The sources that resolved, in precedence order (docs/launchers.md), then those whose
+  /// variables were malformed (LaunchSourceReport::error set); empty when none is present.
   std::vector<LaunchSourceReport> sources;
   std::string chosen;  ///< source_name() of the chosen source, "default" when none is present
+  /// What resolve_from_environment() would throw, as its what() text: the first malformed
+  /// variable, or a conflict between two sources; empty when it would succeed.
   std::string error;
 };
+
+/// Diagnoses the launcher environment without resolving it (mwms-doctor --json "sources"): reads
+/// the same variables as resolve_from_environment(), in the same precedence, and reports each
+/// source present, the chosen one and the error resolve_from_environment() would raise (a
+/// conflict, a malformed variable). Never throws mwms::Error: every failure is reported in
+/// EnvironmentReport::error and LaunchSourceReport::error (std::bad_alloc may still escape).
+/// Reads the environment on every call; connects nothing, so it does not block. Thread-safe as
+/// long as no other thread changes the environment (setenv) meanwhile.
 MWMS_API EnvironmentReport inspect_environment();
 
 /// True for "localhost", "localhost.localdomain", "ip6-localhost", 127.0.0.0/8 and ::1 hosts.
