@@ -15,9 +15,11 @@
 namespace mwms {
 
 /// Job name -> ordered list of task addresses ("host:port", "[ipv6]:port" or "dns-name:port"),
-/// as in tf.train.ClusterSpec. Allowed job names: chief, worker, ps, evaluator.
+/// as in tf.train.ClusterSpec. Allowed job names: chief, worker, ps, evaluator. A value type:
+/// always valid once constructed; const members are thread-safe, none blocks.
 class MWMS_API ClusterSpec {
  public:
+  /// The empty cluster (no job): local training, a world of one.
   ClusterSpec() = default;
   /// Builds from a map; validates as from_json does. @throws BootstrapError on a bad spec.
   explicit ClusterSpec(std::map<std::string, std::vector<std::string>> jobs);
@@ -76,9 +78,10 @@ struct MWMS_API ResolvedCluster {
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
   int local_rank = 0;  ///< rank among processes on this host (from the launcher when known)
 
-  /// "chief 0" / "worker 1" / "mpi rank 2" / "single process".
+  /// "chief 0" / "worker 1" / "mpi rank 2" / "torchrun rank 2" / "single process", for messages.
   std::string task_name() const;
-  /// Name of the task holding `rank` ("chief 0", "worker 1", ...).
+  /// Name of the task holding `rank` ("chief 0", "worker 1", "mpi rank 2", ...); "rank N" for a
+  /// rank outside the ring. Never throws mwms::Error.
   std::string task_name_of_rank(int rank) const;
 };
 
@@ -100,11 +103,14 @@ MWMS_API ResolvedCluster resolve_tf_config(std::string_view tf_config_json,
                                            std::string_view where = "TF_CONFIG");
 
 /// TF1-style: `--job_name`, `--task_index` and a cluster spec JSON (either {"cluster": {...}} or
-/// the job map itself). Same rules and errors as resolve_tf_config.
+/// the job map itself); errors name "--cluster_spec". Same rules and errors as resolve_tf_config;
+/// thread-safe, reads no environment.
 MWMS_API ResolvedCluster resolve_flags(std::string_view job_name, int task_index,
                                        std::string_view cluster_spec_json);
 
-/// An explicit ClusterSpec and TaskSpec, validated with the same rules.
+/// An explicit ClusterSpec and TaskSpec, validated with the same rules (an empty cluster is a world
+/// of one). Thread-safe; reads no environment. @throws BootstrapError as resolve_tf_config does
+/// (task type not in the cluster, index out of range, a process started as "ps", ...).
 MWMS_API ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task);
 
 /// From the process environment, in one precedence (docs/launchers.md): TF_CONFIG when set and
@@ -151,10 +157,16 @@ struct MWMS_API EnvironmentReport {
 /// long as no other thread changes the environment (setenv) meanwhile.
 MWMS_API EnvironmentReport inspect_environment();
 
-/// True for "localhost", "localhost.localdomain", "ip6-localhost", 127.0.0.0/8 and ::1 hosts.
+/// True for "localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", any name under
+/// ".localhost" (RFC 6761), 127.0.0.0/8, the IPv6 loopback and IPv4-mapped 127.x.x.x hosts;
+/// case-insensitive, with or without brackets or a trailing dot. Textual only (no name lookup):
+/// never blocks, never throws, thread-safe.
 MWMS_API bool is_loopback_host(std::string_view host);
 
-/// Splits "host:port" / "[v6]:port" into host and port. @throws BootstrapError naming `where`.
+/// Splits "host:port" / "[v6]:port" into host and port in [1, 65535]; no name lookup,
+/// thread-safe. @throws BootstrapError naming `where` and quoting the address: empty, over 261
+/// bytes, white space, a URL scheme, '[' without ']', an empty host, no port, a non-numeric or
+/// out of range port, an IPv6 address without brackets, an invalid host.
 MWMS_API std::pair<std::string, int> split_address(std::string_view address,
                                                    std::string_view where = "address");
 

@@ -71,7 +71,9 @@ class MWMS_API PeerError : public Error { using Error::Error; };
 /// This is a bug in the calling program; the communicator is poisoned.
 class MWMS_API CollectiveMismatchError : public Error { using Error::Error; };
 
-/// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno, ...).
+/// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno,
+/// an MPI error code, ...). After one inside a collective the communicator is poisoned
+/// (docs/errors.md says what to do).
 class MWMS_API BackendError : public Error {
  public:
   /// As Error's constructor, plus the foreign call's own code: `native_code` is an errno value

@@ -85,7 +85,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   const ResolvedCluster& cluster() const noexcept;
   /// Options in effect (bytes_per_pack and timeout_seconds resolved to their effective values).
   const CommunicationOptions& options() const noexcept;
-  /// The communicator underneath (for custom collectives).
+  /// The communicator underneath (for custom collectives); owned by the strategy and valid for
+  /// its lifetime. Its collectives share the strategy's order: every worker must interleave them
+  /// with the strategy's own collectives identically.
   Communicator& communicator();
 
   /// Mirrors variables: overwrites each tensor on every worker with the chief's value (one
@@ -93,7 +95,8 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// shapes. @throws as Communicator::broadcast.
   void broadcast_variables(const std::vector<TensorRef>& variables);
 
-  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run).
+  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run), on
+  /// the calling thread; on the CPU that is one call. Not collective, does not block by itself.
   /// Exceptions from `fn` propagate.
   void run(const std::function<void(const ReplicaContext&)>& fn);
 
@@ -119,9 +122,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// index out of range), InvalidArgument (null data); finish rethrows a bucket's error
   /// (PeerError, TimeoutError, ...) after waiting for every bucket.
   void begin_gradient_sync(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
-  /// Tensor `index` of the list given to begin_gradient_sync() is final (idempotent).
+  /// Tensor `index` of the list given to begin_gradient_sync() is final (idempotent); may start
+  /// the all-reduce of its bucket (without waiting for it). @throws InvalidUsage (no step begun,
+  /// index out of range).
   void gradient_ready(std::size_t index);
-  /// Waits for every bucket of the step (see begin_gradient_sync()).
+  /// Waits for every bucket of the step, each under the communicator's deadline (see
+  /// begin_gradient_sync()). @throws InvalidUsage without begin; rethrows a bucket's error.
   void finish_gradient_sync();
 
   /// Seconds this worker was blocked waiting for gradient all-reduces: all of
