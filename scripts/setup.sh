@@ -14,6 +14,7 @@ packages=(
   libeigen3-dev                          # train: the MLP's matrix products
   libcli11-dev                           # command lines of train and the bench tools
   iproute2                               # tests: test hosts in network namespaces (ip, tc)
+  doxygen                                # tests: every public declaration documented
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

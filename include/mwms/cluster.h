@@ -15,9 +15,11 @@
 namespace mwms {
 
 /// Job name -> ordered list of task addresses ("host:port", "[ipv6]:port" or "dns-name:port"),
-/// as in tf.train.ClusterSpec. Allowed job names: chief, worker, ps, evaluator.
+/// as in tf.train.ClusterSpec. Allowed job names: chief, worker, ps, evaluator. A value type:
+/// always valid once constructed; const members are thread-safe, none blocks.
 class MWMS_API ClusterSpec {
  public:
+  /// The empty cluster (no job): local training, a world of one.
   ClusterSpec() = default;
   /// Builds from a map; validates as from_json does. @throws BootstrapError on a bad spec.
   explicit ClusterSpec(std::map<std::string, std::vector<std::string>> jobs);
@@ -62,21 +64,24 @@ MWMS_API const char* source_name(ClusterSource source) noexcept;
 /// job it holds only rank 0's address (MASTER_ADDR:MASTER_PORT) until the rendezvous has
 /// exchanged endpoints. A Slurm job lists every task (node:MWMS_SLURM_PORT_BASE + local id).
 struct MWMS_API ResolvedCluster {
+  /// The whole cluster: TF_CONFIG's, the flags' or the explicit one; for Slurm one "worker" job of
+  /// every task; empty for MPI, torchrun and a process started with no source.
   ClusterSpec cluster;
-  TaskSpec task;
+  TaskSpec task;  ///< this process's task; {"worker", rank} for the launcher sources
   int task_id = 0;          ///< rank in the ring (TF's id_in_cluster); 0 for an evaluator
   int num_workers = 1;      ///< world size: chiefs + workers (1 for an evaluator)
   bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief; an
                             ///< evaluator is chief of its own world (multi_worker_util.is_chief)
   bool in_ring = true;      ///< false for an evaluator: its own world of one, never joins the ring
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
-  ClusterSource source = ClusterSource::kDefault;
+  ClusterSource source = ClusterSource::kDefault;  ///< where the configuration came from
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
   int local_rank = 0;  ///< rank among processes on this host (from the launcher when known)
 
-  /// "chief 0" / "worker 1" / "mpi rank 2" / "single process".
+  /// "chief 0" / "worker 1" / "mpi rank 2" / "torchrun rank 2" / "single process", for messages.
   std::string task_name() const;
-  /// Name of the task holding `rank` ("chief 0", "worker 1", ...).
+  /// Name of the task holding `rank` ("chief 0", "worker 1", "mpi rank 2", ...); "rank N" for a
+  /// rank outside the ring. Never throws mwms::Error.
   std::string task_name_of_rank(int rank) const;
 };
 
@@ -98,11 +103,14 @@ MWMS_API ResolvedCluster resolve_tf_config(std::string_view tf_config_json,
                                            std::string_view where = "TF_CONFIG");
 
 /// TF1-style: `--job_name`, `--task_index` and a cluster spec JSON (either {"cluster": {...}} or
-/// the job map itself). Same rules and errors as resolve_tf_config.
+/// the job map itself); errors name "--cluster_spec". Same rules and errors as resolve_tf_config;
+/// thread-safe, reads no environment.
 MWMS_API ResolvedCluster resolve_flags(std::string_view job_name, int task_index,
                                        std::string_view cluster_spec_json);
 
-/// An explicit ClusterSpec and TaskSpec, validated with the same rules.
+/// An explicit ClusterSpec and TaskSpec, validated with the same rules (an empty cluster is a world
+/// of one). Thread-safe; reads no environment. @throws BootstrapError as resolve_tf_config does
+/// (task type not in the cluster, index out of range, a process started as "ps", ...).
 MWMS_API ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task);
 
 /// From the process environment, in one precedence (docs/launchers.md): TF_CONFIG when set and
@@ -123,26 +131,42 @@ struct MWMS_API LaunchSourceReport {
   std::string source;   ///< source_name() of the source
   std::string detail;   ///< the variables it read
   int world_size = -1;  ///< -1 when unknown (PMIX_RANK without a size) or on error
-  int rank = -1;
-  int local_rank = -1;
+  int rank = -1;        ///< the rank this source gives this process; -1 on error
+  int local_rank = -1;  ///< rank among this host's processes (0 when not given); -1 on error
   std::string error;    ///< this source's own error (a malformed variable), else empty
 };
 
-/// Every source present in the environment, in precedence order, with what each resolved; the
-/// chosen source (as resolve_from_environment chooses) and the error resolve_from_environment
-/// would raise (a conflict, a malformed variable), empty when it would succeed. Never throws
-/// mwms::Error (they are reported in the fields).
+/// What inspect_environment() found: every launcher source present in the environment with what
+/// each resolved, the source resolve_from_environment() would choose, and the error it would raise.
 struct MWMS_API EnvironmentReport {
+  /// The sources that resolved, in precedence order (docs/launchers.md), then those whose
+  /// variables were malformed (LaunchSourceReport::error set); empty when none is present.
   std::vector<LaunchSourceReport> sources;
   std::string chosen;  ///< source_name() of the chosen source, "default" when none is present
+  /// What resolve_from_environment() would throw, as its what() text: the first malformed
+  /// variable, or a conflict between two sources; empty when it would succeed.
   std::string error;
 };
+
+/// Diagnoses the launcher environment without resolving it (mwms-doctor --json "sources"): reads
+/// the same variables as resolve_from_environment(), in the same precedence, and reports each
+/// source present, the chosen one and the error resolve_from_environment() would raise (a
+/// conflict, a malformed variable). Never throws mwms::Error: every failure is reported in
+/// EnvironmentReport::error and LaunchSourceReport::error (std::bad_alloc may still escape).
+/// Reads the environment on every call; connects nothing, so it does not block. Thread-safe as
+/// long as no other thread changes the environment (setenv) meanwhile.
 MWMS_API EnvironmentReport inspect_environment();
 
-/// True for "localhost", "localhost.localdomain", "ip6-localhost", 127.0.0.0/8 and ::1 hosts.
+/// True for "localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", any name under
+/// ".localhost" (RFC 6761), 127.0.0.0/8, the IPv6 loopback and IPv4-mapped 127.x.x.x hosts;
+/// case-insensitive, with or without brackets or a trailing dot. Textual only (no name lookup):
+/// never blocks, never throws, thread-safe.
 MWMS_API bool is_loopback_host(std::string_view host);
 
-/// Splits "host:port" / "[v6]:port" into host and port. @throws BootstrapError naming `where`.
+/// Splits "host:port" / "[v6]:port" into host and port in [1, 65535]; no name lookup,
+/// thread-safe. @throws BootstrapError naming `where` and quoting the address: empty, over 261
+/// bytes, white space, a URL scheme, '[' without ']', an empty host, no port, a non-numeric or
+/// out of range port, an IPv6 address without brackets, an invalid host.
 MWMS_API std::pair<std::string, int> split_address(std::string_view address,
                                                    std::string_view where = "address");
 

@@ -50,6 +50,8 @@ namespace mwms {
 /// called from any thread. Destroying a handle does not cancel the collective.
 class MWMS_API Work {
  public:
+  /// Releases the handle only: the collective runs to completion (or fails) regardless, and its
+  /// error, if any, is then lost. Never blocks, never throws.
   virtual ~Work();
   /// True once the collective has completed on this rank, successfully or not. Never blocks,
   /// never throws.
@@ -61,9 +63,14 @@ class MWMS_API Work {
   virtual void wait(double timeout_seconds = 0) = 0;
 
  protected:
+  /// Only the communicator's implementation creates handles (the *_async calls).
   Work() = default;
 };
 
+/// A ring of ranks and its collectives; see the file comment for the calling contract, thread
+/// safety, blocking and the poisoned state. Created by create(), owned through std::unique_ptr.
+/// Buffers are caller-owned host memory of `count` elements of `dtype` (counts are elements, not
+/// bytes); a collective never keeps a pointer past its completion.
 class MWMS_API Communicator {
  public:
   /// Rendezvous with every task of `cluster`, exchanges peer info and connects a link to every
@@ -77,6 +84,9 @@ class MWMS_API Communicator {
   static std::unique_ptr<Communicator> create(const ResolvedCluster& cluster,
                                               const CommunicatorOptions& options = {});
 
+  /// Waits for every asynchronous collective still outstanding (each bounded by its own
+  /// deadline), then closes the links; peers of a communicator that was not finalize()d see its
+  /// closed links as a PeerError if they wait for it in a collective. Never throws.
   virtual ~Communicator();
 
   /// This process's rank, in [0, world_size()).
@@ -115,18 +125,34 @@ class MWMS_API Communicator {
   /// Returns once every rank has entered the barrier. Throws as all_reduce.
   virtual void barrier() = 0;
 
-  /// Asynchronous forms: same arguments, checks and errors as the blocking calls (argument
-  /// errors are thrown at once; everything else comes out of Work::wait).
+  /// @name Asynchronous collectives
+  /// Same arguments, semantics, checks and errors as the blocking call of the same name, which
+  /// each one's own line names. The call validates its arguments, takes the next sequence number,
+  /// queues the collective for the communicator's progress thread (started on first use) and
+  /// returns a Work handle without blocking. Collectives run in call order, blocking and
+  /// asynchronous alike. Argument errors (InvalidArgument: a null buffer with count > 0, an
+  /// unknown dtype or reduce op) and InvalidUsage after finalize() are thrown at once; everything
+  /// else (TimeoutError, PeerError, CollectiveMismatchError, ...) comes out of Work::wait(). The
+  /// buffers must stay valid and untouched until the Work has completed. Thread safety: as every
+  /// collective, one calling thread at a time per communicator.
+  ///@{
+
+  /// all_reduce() without waiting.
   virtual std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
                                                  ReduceOp op) = 0;
+  /// reduce_scatter() without waiting.
   virtual std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv,
                                                      std::size_t recv_count, DataType dtype,
                                                      ReduceOp op) = 0;
+  /// all_gather() without waiting.
   virtual std::shared_ptr<Work> all_gather_async(const void* send, void* recv,
                                                  std::size_t send_count, DataType dtype) = 0;
+  /// broadcast() without waiting (a root out of range is thrown at once).
   virtual std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype,
                                                 int root) = 0;
+  /// barrier() without waiting: the Work completes once every rank has entered the barrier.
   virtual std::shared_ptr<Work> barrier_async() = 0;
+  ///@}
 
   /// One line describing the backend and the transports of its links (for logs and tools).
   virtual std::string describe() const = 0;
@@ -158,6 +184,7 @@ class MWMS_API Communicator {
   virtual void abort(const std::string& reason) noexcept = 0;
 
  protected:
+  /// Only create() makes communicators.
   Communicator() = default;
 };
 

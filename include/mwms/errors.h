@@ -34,6 +34,10 @@ struct MWMS_API ErrorContext {
 /// Root of every exception libmwms throws. what() = message + " [" + context + "]".
 class MWMS_API Error : public std::runtime_error {
  public:
+  /// Builds the exception from a message that names the task, address or value at fault and the
+  /// structured `context`; what() is `message` followed by " [" + context.to_string() + "]" (just
+  /// `message` when the context is empty). Every subclass inherits this constructor.
+  /// May throw std::bad_alloc (copies the strings); nothing else.
   explicit Error(const std::string& message, ErrorContext context = {});
   /// The message without the rendered context.
   const std::string& message() const noexcept { return message_; }
@@ -67,10 +71,17 @@ class MWMS_API PeerError : public Error { using Error::Error; };
 /// This is a bug in the calling program; the communicator is poisoned.
 class MWMS_API CollectiveMismatchError : public Error { using Error::Error; };
 
-/// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno, ...).
+/// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno,
+/// an MPI error code, ...). After one inside a collective the communicator is poisoned
+/// (docs/errors.md says what to do).
 class MWMS_API BackendError : public Error {
  public:
+  /// As Error's constructor, plus the foreign call's own code: `native_code` is an errno value
+  /// for operating-system calls (e.g. from shm_open/mmap/ftruncate), an MPI error code for MPI
+  /// calls. The message should name the call that failed and its argument.
   BackendError(const std::string& message, int native_code, ErrorContext context = {});
+  /// The foreign error code given at construction (errno, MPI error code, ...); ENOMEM for
+  /// shared memory that is too small for the rings.
   int native_code() const noexcept { return native_code_; }
 
  private:

@@ -30,34 +30,47 @@ namespace mwms {
 
 /// A caller-owned tensor: `count` elements of `dtype` at `data` (not copied, not freed).
 struct MWMS_API TensorRef {
-  void* data = nullptr;
-  std::size_t count = 0;
-  DataType dtype = DataType::kFloat32;
+  void* data = nullptr;                 ///< first element; may be null only when count is 0
+  std::size_t count = 0;                ///< number of elements (not bytes), flattened
+  DataType dtype = DataType::kFloat32;  ///< element type (dtype_size() bytes each)
 };
 
 /// What a replica function sees (tf.distribute.ReplicaContext).
 struct MWMS_API ReplicaContext {
   int replica_id_in_sync_group = 0;  ///< global replica id, in [0, num_replicas_in_sync)
-  int num_replicas_in_sync = 1;
+  int num_replicas_in_sync = 1;      ///< replicas across all workers (the strategy's)
 };
 
 /// Half-open range [begin, end) of rows of a global batch (or of a dataset) owned by this worker.
 struct MWMS_API Shard {
-  std::size_t begin = 0;
-  std::size_t end = 0;
+  std::size_t begin = 0;  ///< first row owned (inclusive)
+  std::size_t end = 0;    ///< one past the last row owned (exclusive); end >= begin
+  /// Number of rows owned: end - begin (0 when there are fewer rows than workers).
   std::size_t size() const noexcept { return end - begin; }
 };
 
+/// Synchronous data-parallel training across workers (tf.distribute.MultiWorkerMirroredStrategy;
+/// see the file comment for the equivalence contract). Owns one Communicator over the resolved
+/// cluster. Collective methods (broadcast_variables, all_reduce_gradients, the gradient sync,
+/// reduce, finalize) must be called by every worker in the same order with matching shapes.
+/// Thread safety: one thread at a time per strategy; the const accessors never block.
 class MWMS_API MultiWorkerMirroredStrategy {
  public:
   /// Resolves the cluster from the environment (TF_CONFIG, then mpirun, then a single process) and
   /// forms the ring. @throws BootstrapError as Communicator::create does.
+  /// Blocks until every worker has arrived and connected, or the connect timeout
+  /// (MWMS_CONNECT_TIMEOUT_SECONDS) passes.
   explicit MultiWorkerMirroredStrategy(const CommunicationOptions& options = {});
-  /// Uses an already resolved cluster (e.g. from resolve_flags). @throws BootstrapError.
+  /// Uses an already resolved cluster (e.g. from resolve_flags). Blocks as the constructor above.
+  /// @throws BootstrapError, BackendError, InvalidArgument as Communicator::create does.
   MultiWorkerMirroredStrategy(const ResolvedCluster& cluster,
                               const CommunicationOptions& options = {});
+  /// Destroys the communicator (closing its links without a notice when finalize() was not
+  /// called). Never throws.
   ~MultiWorkerMirroredStrategy();
+  /// Not copyable: it owns the communicator and its links.
   MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategy&) = delete;
+  /// Not copyable: it owns the communicator and its links.
   MultiWorkerMirroredStrategy& operator=(const MultiWorkerMirroredStrategy&) = delete;
 
   /// Total replicas across all workers (workers x local replicas; 1 local replica on the CPU).
@@ -72,7 +85,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   const ResolvedCluster& cluster() const noexcept;
   /// Options in effect (bytes_per_pack and timeout_seconds resolved to their effective values).
   const CommunicationOptions& options() const noexcept;
-  /// The communicator underneath (for custom collectives).
+  /// The communicator underneath (for custom collectives); owned by the strategy and valid for
+  /// its lifetime. Its collectives share the strategy's order: every worker must interleave them
+  /// with the strategy's own collectives identically.
   Communicator& communicator();
 
   /// Mirrors variables: overwrites each tensor on every worker with the chief's value (one
@@ -80,7 +95,8 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// shapes. @throws as Communicator::broadcast.
   void broadcast_variables(const std::vector<TensorRef>& variables);
 
-  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run).
+  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run), on
+  /// the calling thread; on the CPU that is one call. Not collective, does not block by itself.
   /// Exceptions from `fn` propagate.
   void run(const std::function<void(const ReplicaContext&)>& fn);
 
@@ -106,9 +122,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// index out of range), InvalidArgument (null data); finish rethrows a bucket's error
   /// (PeerError, TimeoutError, ...) after waiting for every bucket.
   void begin_gradient_sync(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
-  /// Tensor `index` of the list given to begin_gradient_sync() is final (idempotent).
+  /// Tensor `index` of the list given to begin_gradient_sync() is final (idempotent); may start
+  /// the all-reduce of its bucket (without waiting for it). @throws InvalidUsage (no step begun,
+  /// index out of range).
   void gradient_ready(std::size_t index);
-  /// Waits for every bucket of the step (see begin_gradient_sync()).
+  /// Waits for every bucket of the step, each under the communicator's deadline (see
+  /// begin_gradient_sync()). @throws InvalidUsage without begin; rethrows a bucket's error.
   void finish_gradient_sync();
 
   /// Seconds this worker was blocked waiting for gradient all-reduces: all of
@@ -116,7 +135,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// compute did not hide).
   double exposed_allreduce_seconds() const noexcept;
 
-  /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar).
+  /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar):
+  /// a float64 all-reduce of one element, so every worker returns the same value. Collective and
+  /// blocking. @throws as Communicator::all_reduce.
   double reduce(ReduceOp op, double value);
 
   /// This worker's rows of a global batch of `global_batch_size` rows: contiguous, sizes differ by
