@@ -52,16 +52,14 @@ Tracer::Tracer(int rank, const std::string& file, std::size_t ring, const std::s
                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                "\"args\":{\"name\":\"caller\"}},\n"
                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
-               "\"args\":{\"name\":\"progress thread (async)\"}}",
+               "\"args\":{\"name\":\"progress thread (async)\"}}\n]\n",
                rank, name.c_str(), rank, rank);
-  first_ = false;
+  std::fflush(file_);
   MWMS_LOG_INFO(kColl, "tracing every collective to " << path_);
 }
 
 Tracer::~Tracer() {
-  if (file_ == nullptr) return;
-  std::fputs("\n]\n", file_);
-  std::fclose(file_);
+  if (file_ != nullptr) std::fclose(file_);  // already a complete array (record())
 }
 
 void Tracer::record(const TraceEvent& e) noexcept {
@@ -71,18 +69,24 @@ void Tracer::record(const TraceEvent& e) noexcept {
   }
   ++count_;
   if (file_ == nullptr) return;
-  std::fprintf(file_,
-               "%s\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-               "\"ts\":%lld,\"dur\":%lld,\"args\":{\"seq\":%llu,\"bytes\":%llu,\"dtype\":\"%s\","
-               "\"op\":\"%s\",\"algorithm\":\"%s\",\"status\":\"%s\"}}",
-               first_ ? "" : ",", kind_name(static_cast<CollectiveKind>(e.kind)), rank_,
-               e.async ? 1 : 0, static_cast<long long>(e.start_us),
-               static_cast<long long>(e.end_us - e.start_us),
-               static_cast<unsigned long long>(e.seq), static_cast<unsigned long long>(e.bytes),
-               dtype_text(e.dtype), op_text(e.op),
-               e.algorithm == 0xff ? "none" : algorithm_name(e.algorithm),
-               e.failed ? "failed" : "ok");
-  first_ = false;
+  // Note [trace file always valid]: the file always ends in "\n]\n"; an event overwrites that
+  // tail and writes it again, in one write, so a rank killed at any moment (SIGKILL, or a
+  // launcher's SIGTERM) leaves a complete JSON array of the events it finished.
+  char line[768];
+  const int n = std::snprintf(
+      line, sizeof(line),
+      ",\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+      "\"ts\":%lld,\"dur\":%lld,\"args\":{\"seq\":%llu,\"bytes\":%llu,\"dtype\":\"%s\","
+      "\"op\":\"%s\",\"algorithm\":\"%s\",\"status\":\"%s\"}}\n]\n",
+      kind_name(static_cast<CollectiveKind>(e.kind)), rank_, e.async ? 1 : 0,
+      static_cast<long long>(e.start_us), static_cast<long long>(e.end_us - e.start_us),
+      static_cast<unsigned long long>(e.seq), static_cast<unsigned long long>(e.bytes),
+      dtype_text(e.dtype), op_text(e.op),
+      e.algorithm == 0xff ? "none" : algorithm_name(e.algorithm), e.failed ? "failed" : "ok");
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof(line)) return;
+  if (std::fseek(file_, -3, SEEK_END) != 0) return;
+  std::fwrite(line, 1, static_cast<std::size_t>(n), file_);
+  std::fflush(file_);
 }
 
 std::vector<TraceEvent> Tracer::recent() const {

@@ -4,10 +4,10 @@
 // collectives that is logged when one fails (c10d's flight recorder).
 //
 // Note [trace cost]: off by default; when on, a collective costs two clock reads and a few
-// stores into a preallocated ring, plus, with a file, one formatted line into stdio's buffer.
-// Nothing is allocated per collective. The file is flushed when the communicator is destroyed
-// (and by stdio when its buffer fills); a process that dies leaves a file without the closing
-// bracket, which the trace format allows.
+// stores into a preallocated ring, plus, with a file, one formatted line written at once (a seek
+// and a write: the file is a complete JSON array after every event, so a rank that is killed
+// leaves a valid trace; Note [trace file always valid] in trace.cc). Nothing is allocated per
+// collective.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +60,6 @@ class Tracer {
   int rank_;
   std::string path_;
   std::FILE* file_ = nullptr;
-  bool first_ = true;
   std::vector<TraceEvent> ring_;
   std::size_t next_ = 0;   // ring slot of the next event
   std::size_t count_ = 0;  // events recorded

@@ -3,6 +3,7 @@
 // the flight recorder keeps the last K in order.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -90,4 +91,47 @@ TEST_CASE("the flight recorder keeps the last K collectives, oldest first", "[un
   CHECK(t.recent_text().find("FAILED") != std::string::npos);
   mwms::collective::Tracer off(0, "", 0, "");
   CHECK_FALSE(off.enabled());
+}
+
+TEST_CASE("a rank killed mid-job leaves a complete trace of what it finished", "[tcp]") {
+  char tmpl[] = "/tmp/mwms-trace-kill-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto) {
+    ::setenv("MWMS_TRACE_FILE", (dir + "/t-%r.json").c_str(), 1);
+    mwms::CommunicatorOptions copts;
+    copts.timeout_seconds = 20;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), copts);
+    std::vector<float> v(1000, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    }
+    if (rank == 1) ::raise(SIGKILL);  // no destructor, no flush at exit
+    try {
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    } catch (const mwms::PeerError&) {
+      // expected: rank 1 is gone
+    }
+    ::raise(SIGKILL);  // rank 0 dies too, after recording the failed collective
+  });
+  INFO(mwms::testing::describe(results));
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(dir + "/t-" + std::to_string(rank) + ".json");
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    INFO("rank " << rank << ": " << text.str());
+    nlohmann::json trace;
+    REQUIRE_NOTHROW(trace = nlohmann::json::parse(text.str()));
+    int ok = 0, failed = 0;
+    for (const auto& e : trace) {
+      if (e["ph"] != "X") continue;
+      (e["args"]["status"] == "ok" ? ok : failed) += 1;
+    }
+    CHECK(ok == 3);
+    CHECK(failed == (rank == 0 ? 1 : 0));
+  }
 }

@@ -40,6 +40,17 @@ for r in 0 1; do
   grep -q "^\[$r\] got-term" "$work/term.log" || fail "rank $r did not get SIGTERM: $(cat "$work/term.log")"
 done
 
+# 3b. mwmsrun itself SIGKILLed: its processes do not outlive it.
+marker2="$work/mwmsrun-orphan-$$.sh"
+printf 'sleep 62\nsleep 62\n' > "$marker2"
+"$run" -np 2 -- sh "$marker2" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ "$(pgrep -fc "$marker2")" -ge 2 ] && break; sleep 0.05; done
+kill -KILL "$pid"
+wait "$pid" 2> /dev/null
+for _ in $(seq 1 40); do pgrep -f "$marker2" > /dev/null || break; sleep 0.05; done
+if pgrep -f "$marker2" > /dev/null; then pkill -f "$marker2"; fail "processes outlived a killed mwmsrun"; fi
+
 # 4. --print-tf-config of 2 hosts x 2: every task's TF_CONFIG resolves to its rank in a world of 4.
 "$run" --hosts h1:2,h2:2 --print-tf-config > "$work/tf.txt" || fail "--print-tf-config"
 [ "$(grep -c "^TF_CONFIG='" "$work/tf.txt")" -eq 4 ] || fail "expected 4 TF_CONFIGs: $(cat "$work/tf.txt")"

@@ -262,7 +262,9 @@ std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeou
       out.push_back({"ok", name + ": reachable (nothing listens yet, as expected before the job "
                                "starts)", "", ""});
     } else if (e == ETIMEDOUT) {
-      out.push_back({"warning", name + ": no answer within " + std::to_string(timeout) + " s",
+      std::ostringstream t;
+      t << timeout;
+      out.push_back({"warning", name + ": no answer within " + t.str() + " s",
                      "a firewall or security group drops the packets, or the host is down",
                      "open the job's ports between the hosts (TCP), or start that host"});
     } else {

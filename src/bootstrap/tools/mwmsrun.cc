@@ -15,11 +15,13 @@
 // reaches the processes once, through mwmsrun, which forwards SIGINT/SIGTERM/SIGHUP to every
 // group. When one process fails, the others get SIGTERM and, after --grace seconds, SIGKILL: a
 // collective waiting on the failed peer would fail by itself within its timeout, but there is no
-// reason to wait for that. mwmsrun never exits before every process it started has been reaped.
+// reason to wait for that. mwmsrun never exits before every process it started has been reaped,
+// and a killed mwmsrun takes its processes with it (PR_SET_PDEATHSIG).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -287,9 +289,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string config = tf_config(addresses, r, chief);
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
+      // Note [mwmsrun shutdown]: a killed mwmsrun (SIGKILL, the OOM killer) takes its processes
+      // with it: SIGTERM on the parent's death (kept across exec), and no start if it is
+      // already gone.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(128 + SIGTERM);
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
@@ -391,8 +399,14 @@ int main(int argc, char** argv) {
       if (code != 0 && first_failure < 0 && !terminating) {
         first_failure = t.rank;
         result = code;
-        std::fprintf(stderr, "mwmsrun: rank %d exited with status %d; stopping the other %d "
-                     "process(es)\n", t.rank, code, running);
+        if (WIFSIGNALED(status)) {
+          std::fprintf(stderr, "mwmsrun: rank %d was killed by signal %d (%s); stopping the "
+                       "other %d process(es)\n", t.rank, WTERMSIG(status),
+                       ::strsignal(WTERMSIG(status)), running);
+        } else {
+          std::fprintf(stderr, "mwmsrun: rank %d exited with status %d; stopping the other %d "
+                       "process(es)\n", t.rank, code, running);
+        }
         signal_all(tasks, SIGTERM);
         terminating = true;
         kill_at = std::chrono::steady_clock::now() +
