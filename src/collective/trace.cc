@@ -43,6 +43,15 @@ Tracer::Tracer(int rank, const std::string& file, std::size_t ring, const std::s
                                                           << "; no trace");
     return;
   }
+  // The links' transports ("1 shm 2 tcp", from "engine backend, links: 1 shm 2 tcp, chunk ..."),
+  // carried by every event.
+  const std::size_t links = describe.find("links: ");
+  if (links != std::string::npos) {
+    transports_ = describe.substr(links + 7, describe.find(',', links) - links - 7);
+  }
+  for (char& c : transports_) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
   std::string name = "rank " + std::to_string(rank) + ": " + describe;
   for (char& c : name) {
     if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
@@ -77,12 +86,13 @@ void Tracer::record(const TraceEvent& e) noexcept {
       line, sizeof(line),
       ",\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
       "\"ts\":%lld,\"dur\":%lld,\"args\":{\"seq\":%llu,\"bytes\":%llu,\"dtype\":\"%s\","
-      "\"op\":\"%s\",\"algorithm\":\"%s\",\"status\":\"%s\"}}\n]\n",
+      "\"op\":\"%s\",\"algorithm\":\"%s\",\"transport\":\"%s\",\"status\":\"%s\"}}\n]\n",
       kind_name(static_cast<CollectiveKind>(e.kind)), rank_, e.async ? 1 : 0,
       static_cast<long long>(e.start_us), static_cast<long long>(e.end_us - e.start_us),
       static_cast<unsigned long long>(e.seq), static_cast<unsigned long long>(e.bytes),
       dtype_text(e.dtype), op_text(e.op),
-      e.algorithm == 0xff ? "none" : algorithm_name(e.algorithm), e.failed ? "failed" : "ok");
+      e.algorithm == 0xff ? "none" : algorithm_name(e.algorithm), transports_.c_str(),
+      e.failed ? "failed" : "ok");
   if (n <= 0 || static_cast<std::size_t>(n) >= sizeof(line)) return;
   if (std::fseek(file_, -3, SEEK_END) != 0) return;
   std::fwrite(line, 1, static_cast<std::size_t>(n), file_);

@@ -60,6 +60,7 @@ class Tracer {
   int rank_;
   std::string path_;
   std::FILE* file_ = nullptr;
+  std::string transports_;  // of the links, in every event ("1 shm 2 tcp")
   std::vector<TraceEvent> ring_;
   std::size_t next_ = 0;   // ring slot of the next event
   std::size_t count_ = 0;  // events recorded

@@ -66,6 +66,7 @@ TEST_CASE("MWMS_TRACE_FILE writes a Chrome trace of every collective of each ran
       CHECK(events[i]["tid"] == (i == 3 ? 1 : 0));  // the async one ran on the progress thread
     }
     CHECK(events[0]["args"]["algorithm"] == "ring");  // 1 MiB, 2 ranks
+    CHECK(events[0]["args"]["transport"] == "1 shm");  // one host: shared memory
     CHECK(events[1]["args"]["dtype"] == "int32");
     CHECK(events[3]["args"]["op"] == "max");
     CHECK(trace[0]["args"]["name"].get<std::string>().find("rank " + std::to_string(rank)) == 0);
