@@ -18,9 +18,8 @@ struct SyncBucket {
   std::size_t first = 0;
   std::size_t last = 0;
   std::size_t bytes = 0;
-  bool contiguous = true;    // reduced in place; otherwise through `pack`
-  bool compressed = false;             // float32 sent as `wire` through `pack` (Note [compression])
-  DataType wire = DataType::kFloat16;
+  DataType wire = DataType::kFloat32;  // on the wire (wire_type)
+  bool in_place = true;      // reduced where the tensors lie; otherwise through `pack`
   std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
   std::size_t waiting = 0;   // tensors not ready yet
   std::shared_ptr<Work> work;
@@ -85,6 +84,53 @@ void check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
   }
 }
 
+// The 16-bit type float32 gradients travel as (Note [compression]); kFloat32 when they are sent
+// as they are (no compression, or a tensor of another dtype).
+DataType wire_type(Compression c, DataType dtype) {
+  if (c == Compression::kNone || dtype != DataType::kFloat32) return dtype;
+  return c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
+}
+
+// Copies tensors [first, last) back to back into `dst`, converted from float32 to `wire` when
+// that differs from their dtype; unpack_tensors is the inverse.
+void pack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
+                  DataType wire, char* dst) {
+  for (std::size_t i = first; i < last; ++i) {
+    if (wire != t[i].dtype) {
+      kernels::float32_to_16(reinterpret_cast<std::uint16_t*>(dst),
+                             static_cast<const float*>(t[i].data), t[i].count, wire);
+    } else if (t[i].count > 0) {
+      std::memcpy(dst, t[i].data, t[i].count * dtype_size(wire));
+    }
+    dst += t[i].count * dtype_size(wire);
+  }
+}
+
+void unpack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
+                    DataType wire, const char* src) {
+  for (std::size_t i = first; i < last; ++i) {
+    if (wire != t[i].dtype) {
+      kernels::float16_to_32(static_cast<float*>(t[i].data),
+                             reinterpret_cast<const std::uint16_t*>(src), t[i].count, wire);
+    } else if (t[i].count > 0) {
+      std::memcpy(t[i].data, src, t[i].count * dtype_size(wire));
+    }
+    src += t[i].count * dtype_size(wire);
+  }
+}
+
+// True when tensors [first, last) lie back to back in memory (a flat gradient buffer): such a
+// bucket is reduced in place, without a pack.
+bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last) {
+  for (std::size_t i = first + 1; i < last; ++i) {
+    if (static_cast<const char*>(t[i - 1].data) + t[i - 1].count * dtype_size(t[i - 1].dtype) !=
+        t[i].data) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOptions& options)
@@ -141,57 +187,20 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
   Communicator& comm = *impl_->comm;
   for_each_bucket(gradients, impl_->options.bytes_per_pack,
                   [&](std::size_t first, std::size_t last, std::size_t bytes) {
-    DataType dtype = gradients[first].dtype;
-    std::size_t elems = bytes / dtype_size(dtype);
-    // One tensor, or tensors that lie back to back in memory (a flat gradient buffer): reduce
-    // in place, without copying through the pack buffer.
-    bool contiguous = true;
-    for (std::size_t i = first + 1; i < last && contiguous; ++i) {
-      const char* end = static_cast<const char*>(gradients[i - 1].data) +
-                        gradients[i - 1].count * dtype_size(dtype);
-      contiguous = end == gradients[i].data;
-    }
-    const Compression c = impl_->options.compression;
-    if (c != Compression::kNone && dtype == DataType::kFloat32) {
-      // Note [compression]: pack as 16-bit values, sum in them, unpack.
-      const DataType wire = c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
-      if (impl_->pack.size() < elems * 2) {
-        impl_->pack.resize(std::max(elems * 2, impl_->options.bytes_per_pack));
-      }
-      auto* p16 = reinterpret_cast<std::uint16_t*>(impl_->pack.data());
-      std::size_t at = 0;
-      for (std::size_t i = first; i < last; ++i) {
-        kernels::float32_to_16(p16 + at, static_cast<const float*>(gradients[i].data),
-                               gradients[i].count, wire);
-        at += gradients[i].count;
-      }
-      comm.all_reduce(p16, elems, wire, op);
-      at = 0;
-      for (std::size_t i = first; i < last; ++i) {
-        kernels::float16_to_32(static_cast<float*>(gradients[i].data), p16 + at,
-                               gradients[i].count, wire);
-        at += gradients[i].count;
-      }
-      return;
-    }
-    if (contiguous) {
+    const DataType dtype = gradients[first].dtype;
+    const std::size_t elems = bytes / dtype_size(dtype);
+    const DataType wire = wire_type(impl_->options.compression, dtype);
+    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
       comm.all_reduce(gradients[first].data, elems, dtype, op);
       return;
     }
-    if (impl_->pack.size() < bytes) impl_->pack.resize(std::max(bytes, impl_->options.bytes_per_pack));
-    char* p = impl_->pack.data();
-    for (std::size_t i = first; i < last; ++i) {
-      std::size_t b = gradients[i].count * dtype_size(dtype);
-      if (b > 0) std::memcpy(p, gradients[i].data, b);
-      p += b;
+    const std::size_t wire_bytes = elems * dtype_size(wire);
+    if (impl_->pack.size() < wire_bytes) {
+      impl_->pack.resize(std::max(wire_bytes, impl_->options.bytes_per_pack));
     }
-    comm.all_reduce(impl_->pack.data(), elems, dtype, op);
-    p = impl_->pack.data();
-    for (std::size_t i = first; i < last; ++i) {
-      std::size_t b = gradients[i].count * dtype_size(dtype);
-      if (b > 0) std::memcpy(gradients[i].data, p, b);
-      p += b;
-    }
+    pack_tensors(gradients, first, last, wire, impl_->pack.data());
+    comm.all_reduce(impl_->pack.data(), elems, wire, op);
+    unpack_tensors(gradients, first, last, wire, impl_->pack.data());
   });
   for (const TensorRef& g : gradients) impl_->allreduce_bytes += g.count * dtype_size(g.dtype);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -240,20 +249,10 @@ void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRe
       b.first = first;
       b.last = last;
       b.bytes = bytes;
-      const std::size_t esize = dtype_size(gradients[first].dtype);
-      for (std::size_t i = first + 1; i < last && b.contiguous; ++i) {
-        b.contiguous = static_cast<const char*>(gradients[i - 1].data) +
-                           gradients[i - 1].count * esize ==
-                       gradients[i].data;
-      }
-      const Compression c = m.options.compression;
-      if (c != Compression::kNone && gradients[first].dtype == DataType::kFloat32) {
-        b.compressed = true;
-        b.wire = c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
-        b.pack.resize(bytes / 2);
-      } else if (!b.contiguous) {
-        b.pack.resize(bytes);
-      }
+      const DataType dtype = gradients[first].dtype;
+      b.wire = wire_type(m.options.compression, dtype);
+      b.in_place = b.wire == dtype && contiguous_tensors(gradients, first, last);
+      if (!b.in_place) b.pack.resize(bytes / dtype_size(dtype) * dtype_size(b.wire));
       for (std::size_t i = first; i < last; ++i) m.bucket_of[i] = m.buckets.size();
       m.buckets.push_back(std::move(b));
     });
@@ -282,38 +281,17 @@ void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
   // Start every bucket that is complete and whose predecessors have started.
   while (m.next_launch < m.buckets.size() && m.buckets[m.next_launch].waiting == 0) {
     SyncBucket& b = m.buckets[m.next_launch++];
-    const DataType dtype = m.sync_tensors[b.first].dtype;
-    const std::size_t esize = dtype_size(dtype);
+    const std::size_t elems = b.bytes / dtype_size(m.sync_tensors[b.first].dtype);
     void* data = m.sync_tensors[b.first].data;
-    if (b.compressed) {
-      auto* p16 = reinterpret_cast<std::uint16_t*>(b.pack.data());
-      std::size_t at = 0;
-      for (std::size_t i = b.first; i < b.last; ++i) {
-        kernels::float32_to_16(p16 + at, static_cast<const float*>(m.sync_tensors[i].data),
-                               m.sync_tensors[i].count, b.wire);
-        at += m.sync_tensors[i].count;
-      }
-      if (!m.launched_any) {
-        m.first_launch = std::chrono::steady_clock::now();
-        m.launched_any = true;
-      }
-      b.work = m.comm->all_reduce_async(p16, at, b.wire, m.sync_op);
-      continue;
-    }
-    if (!b.contiguous) {
-      char* p = b.pack.data();
-      for (std::size_t i = b.first; i < b.last; ++i) {
-        const std::size_t n = m.sync_tensors[i].count * esize;
-        if (n > 0) std::memcpy(p, m.sync_tensors[i].data, n);
-        p += n;
-      }
+    if (!b.in_place) {
+      pack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
       data = b.pack.data();
     }
     if (!m.launched_any) {
       m.first_launch = std::chrono::steady_clock::now();
       m.launched_any = true;
     }
-    b.work = m.comm->all_reduce_async(data, b.bytes / esize, dtype, m.sync_op);
+    b.work = m.comm->all_reduce_async(data, elems, b.wire, m.sync_op);
   }
 }
 
@@ -335,25 +313,8 @@ void MultiWorkerMirroredStrategy::finish_gradient_sync() {
       if (!error) error = std::current_exception();
       continue;
     }
-    if (b.compressed) {
-      if (error) continue;
-      const auto* p16 = reinterpret_cast<const std::uint16_t*>(b.pack.data());
-      std::size_t at = 0;
-      for (std::size_t i = b.first; i < b.last; ++i) {
-        kernels::float16_to_32(static_cast<float*>(m.sync_tensors[i].data), p16 + at,
-                               m.sync_tensors[i].count, b.wire);
-        at += m.sync_tensors[i].count;
-      }
-      continue;
-    }
-    if (!b.contiguous && !error) {
-      const std::size_t esize = dtype_size(m.sync_tensors[b.first].dtype);
-      const char* p = b.pack.data();
-      for (std::size_t i = b.first; i < b.last; ++i) {
-        const std::size_t n = m.sync_tensors[i].count * esize;
-        if (n > 0) std::memcpy(m.sync_tensors[i].data, p, n);
-        p += n;
-      }
+    if (!b.in_place && !error) {
+      unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
     }
   }
   const auto end = std::chrono::steady_clock::now();
