@@ -70,4 +70,14 @@ grep -q '"h2:23457"' "$work/tf.txt" || fail "second slot of h2 not at port-base 
 "$run" -np 2 -- /nonexistent/program > "$work/u2.log" 2>&1; [ $? -eq 2 ] || fail "bad PROGRAM: not 2"
 grep -q "cannot start /nonexistent/program" "$work/u2.log" || fail "$(cat "$work/u2.log")"
 "$run" --hosts 'h1:0' --print-tf-config > "$work/u3.log" 2>&1; [ $? -eq 2 ] || fail "h1:0 accepted"
+"$run" -np 2 --chif -- true > "$work/u4.log" 2>&1; [ $? -eq 2 ] || fail "unknown option accepted"
+grep -q "unknown option --chif" "$work/u4.log" || fail "$(cat "$work/u4.log")"
+"$run" -np 3 --hosts h1:2 --print-tf-config > "$work/u5.log" 2>&1; [ $? -eq 2 ] || fail "-np 3 vs 2 slots accepted"
+[ "$("$run" -np2 --print-tf-config | grep -c "^TF_CONFIG=")" -eq 2 ] || fail "-np2 (glued) not read as 2"
+
+# 6. A survivor that fails by itself shortly after the first failure keeps its last line (it is
+#    not SIGTERMed at once, Note [mwmsrun shutdown]).
+"$run" -np 2 -- sh -c 'case "$TF_CONFIG" in *"\"index\":1"*) exit 3;; *) sleep 0.3; echo survivor-error; exit 4;; esac' \
+  > "$work/settle.log" 2>&1
+grep -q '^\[0\] survivor-error' "$work/settle.log" || fail "survivor's last line cut: $(cat "$work/settle.log")"
 echo "mwmsrun: all checks passed"

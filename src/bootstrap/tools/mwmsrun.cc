@@ -13,9 +13,12 @@
 //
 // Note [mwmsrun shutdown]: each process runs in its own process group, so a terminal's Ctrl-C
 // reaches the processes once, through mwmsrun, which forwards SIGINT/SIGTERM/SIGHUP to every
-// group. When one process fails, the others get SIGTERM and, after --grace seconds, SIGKILL: a
-// collective waiting on the failed peer would fail by itself within its timeout, but there is no
-// reason to wait for that. mwmsrun never exits before every process it started has been reaped,
+// group. When one process fails, the others first get a moment to end by themselves (at most
+// 1 s, and never more than --grace): a libmwms survivor notices a dead peer within ~10-150 ms and
+// exits with the error that names it, and a SIGTERM at once would cut that line off. Then they
+// get SIGTERM and, after --grace seconds more, SIGKILL: a collective waiting on the failed peer
+// would fail by itself within its timeout, but there is no reason to wait for that. mwmsrun never
+// exits before every process it started has been reaped,
 // and a killed mwmsrun takes its processes with it (PR_SET_PDEATHSIG).
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -28,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -200,14 +204,32 @@ int main(int argc, char** argv) {
   app.footer("Usage: mwmsrun -np N [--chief] [--] PROGRAM [ARGS...]");
   // "-np N" as mpirun and horovodrun spell it (CLI11 reads "-np" as -n with value "p"): rewrite
   // it among mwmsrun's own options, never inside PROGRAM's arguments.
+  // Anything else that looks like an option before PROGRAM is a mistake (a typo, or PROGRAM's
+  // own option without PROGRAM): refused, not taken as the program's name.
   std::vector<std::string> args(argv + 1, argv + argc);
+  const std::set<std::string> with_value{"-n", "--np", "--grace", "--hosts", "--port-base"};
+  const std::set<std::string> flags{"--chief", "--print-tf-config", "-h", "--help"};
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
     if (a == "--" || a.empty() || a[0] != '-') break;  // PROGRAM starts here
-    if (a == "-np") args[i] = "--np";
-    if (a == "-np" || a == "-n" || a == "--np" || a == "--grace" || a == "--hosts" ||
-        a == "--port-base") {
-      ++i;  // the option's value
+    if (a == "-np") a = args[i] = "--np";
+    if (a.rfind("-np", 0) == 0 && a.size() > 3 && std::isdigit(static_cast<unsigned char>(a[3]))) {
+      args[i] = "--np=" + a.substr(3);  // -np2, as mpirun accepts it
+      continue;
+    }
+    const std::string name = a.substr(0, a.find('='));
+    if (with_value.count(name) != 0) {
+      if (name == a) ++i;  // the option's value follows
+      continue;
+    }
+    if (a.size() > 2 && a[0] == '-' && a[1] == 'n' && std::isdigit(static_cast<unsigned char>(a[2]))) {
+      continue;  // -n2
+    }
+    if (flags.count(a) == 0) {
+      std::cerr << "mwmsrun: error: unknown option " << a << " (PROGRAM's own options go after "
+                << "PROGRAM: mwmsrun -np N [--] PROGRAM ARGS...)\nRun with --help for usage."
+                << std::endl;
+      return 2;
     }
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
@@ -231,6 +253,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::vector<std::string> per_task = parse_hosts(hosts);
+      if (np != 0 && np != static_cast<int>(per_task.size())) {
+        std::cerr << "mwmsrun: error: -np " << np << " but --hosts " << hosts << " lists "
+                  << per_task.size() << " slot(s); give one of them, or make them agree"
+                  << std::endl;
+        return 2;
+      }
       std::map<std::string, int> slot;
       for (const std::string& h : per_task) {
         addresses.push_back(h + ":" + std::to_string(port_base + slot[h]++));
@@ -337,6 +365,8 @@ int main(int argc, char** argv) {
   int first_failure = -1;  // rank
   int result = 0;
   std::chrono::steady_clock::time_point kill_at{};
+  std::chrono::steady_clock::time_point term_at{};
+  bool term_pending = false;  // a failure's SIGTERM is still to be sent (at term_at)
   bool terminating = false;
   int running = n;
   int forwarded = 0;
@@ -407,11 +437,18 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "mwmsrun: rank %d exited with status %d; stopping the other %d "
                        "process(es)\n", t.rank, code, running);
         }
-        signal_all(tasks, SIGTERM);
         terminating = true;
-        kill_at = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<long>(grace * 1000));
+        // Note [mwmsrun shutdown]: a moment to end by themselves, then SIGTERM, then SIGKILL.
+        const double settle = std::min(1.0, grace);
+        term_at = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<long>(settle * 1000));
+        kill_at = term_at + std::chrono::milliseconds(static_cast<long>(grace * 1000));
+        term_pending = true;
       }
+    }
+    if (term_pending && running > 0 && std::chrono::steady_clock::now() >= term_at) {
+      signal_all(tasks, SIGTERM);
+      term_pending = false;
     }
     if (terminating && running > 0 && std::chrono::steady_clock::now() >= kill_at) {
       signal_all(tasks, SIGKILL);
