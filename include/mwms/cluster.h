@@ -142,7 +142,8 @@ struct MWMS_API EnvironmentReport {
   /// The sources that resolved, in precedence order (docs/launchers.md), then those whose
   /// variables were malformed (LaunchSourceReport::error set); empty when none is present.
   std::vector<LaunchSourceReport> sources;
-  std::string chosen;  ///< source_name() of the chosen source, "default" when none is present
+  std::string chosen;  ///< source_name() of the chosen source (of the first one that failed to
+                       ///< parse when none parsed), "default" when none is present
   /// What resolve_from_environment() would throw, as its what() text: the first malformed
   /// variable, or a conflict between two sources; empty when it would succeed.
   std::string error;

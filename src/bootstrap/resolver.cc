@@ -218,7 +218,9 @@ EnvironmentReport inspect_environment() {
     report.sources.push_back(std::move(s));
     if (report.error.empty()) report.error = e.error;
   }
-  report.chosen = "default";
+  // A source that is present but fails to parse is the one the job would have used (it comes
+  // before "default"), so the report names it rather than "default".
+  report.chosen = errors.empty() ? "default" : errors.front().source;
   for (const LauncherView& v : views) {
     if (v.size_known) {
       report.chosen = v.name;  // what choose() picks, also when it then finds a conflict

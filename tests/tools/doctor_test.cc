@@ -104,6 +104,14 @@ TEST_CASE("mwms-doctor --json reports every launcher present and their conflict"
   CHECK(c["sources"][1].at("world_size") == 2);
   CHECK(c["sources"][1].at("rank") == 1);
 
+  // A TF_CONFIG that does not parse is the source that failed, not "default".
+  std::string bad = quote(R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":3}})");
+  Run broken = run("TF_CONFIG=" + bad);
+  CHECK(broken.status == 2);
+  auto b = nlohmann::json::parse(broken.out);
+  CHECK(b.at("source") == "tf_config");
+  CHECK(b.at("error").get<std::string>().find("task worker 3 is out of range") != std::string::npos);
+
   Run nested = run("RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 MASTER_ADDR=n1 MASTER_PORT=29500 "
                    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_STEP_NODELIST='n[1-2]' "
                    "SLURM_STEP_TASKS_PER_NODE=1\\(x2\\)");

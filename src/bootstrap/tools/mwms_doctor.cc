@@ -384,10 +384,16 @@ int main(int argc, char** argv) {
       std::cout << dump(out) << std::endl;  // replaces bytes that are not UTF-8
     } else if (from_environment) {
       for (const auto& s : report.sources) {
-        std::cerr << "  present: " << s.source << " world size "
-                  << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
-                  << ", rank " << s.rank << (s.error.empty() ? "" : " (error: " + s.error + ")")
-                  << "\n";
+        if (!s.error.empty()) {  // a source that did not parse has no world size or rank
+          std::cerr << "  present: " << s.source
+                    << (s.error == e.what() ? std::string(": the error above")
+                                            : ": error: " + s.error);
+        } else {
+          std::cerr << "  present: " << s.source << " world size "
+                    << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
+                    << ", rank " << s.rank;
+        }
+        std::cerr << "\n";
       }
     }
     return 2;
