@@ -9,11 +9,13 @@
 #include "collective/device_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/nccl_backend.h"
 #include "common/env.h"
+#include "common/logging.h"
 #include "mwms/errors.h"
 
 namespace mwms {
@@ -161,6 +163,12 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
   o.timeout_seconds = timeout;
   o.init_timeout_seconds = connect_timeout;
   o.context.task = c.task_name();
+  if (c.task_id == 0) {
+    // STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.
+    const char* nccl_debug = std::getenv("NCCL_DEBUG");
+    MWMS_LOG_INFO(kInit, "nccl backend (" << api->name << "), NCCL_DEBUG "
+                                          << (nccl_debug ? nccl_debug : "unset"));
+  }
   auto backend = std::make_unique<NcclBackend>(*api, id, o);
   return std::make_unique<DeviceCommunicatorImpl>(std::move(rv.cluster), std::move(backend));
 }
