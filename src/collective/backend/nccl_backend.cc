@@ -316,6 +316,10 @@ std::shared_ptr<Work> NcclBackend::launch(const DeviceCall* calls, std::size_t n
   }
   const Deadline deadline = common::deadline_after(o.timeout_seconds);
   ++seq_;
+  // The calling thread may not be the one that created the backend, and CUDA's current device is
+  // per thread: the event below must be made on this rank's device (as `stream` is).
+  int device = -1;
+  check(NativeSource::kCuda, api.set_device(o.local_rank, &device), "cudaSetDevice", ctx);
   const bool group = num_calls > 1;
   if (group) check(NativeSource::kNccl, api.group_start(), "ncclGroupStart", ctx);
   int first_error = kNcclSuccess;

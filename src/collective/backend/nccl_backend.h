@@ -103,7 +103,8 @@ class NcclBackend {
   /// Enqueues `calls` (one NCCL group when more than one: a bucket) on `stream` (cudaStream_t as
   /// void*) and returns at once with a Work that completes when all of them have completed on the
   /// device (a CUDA event). kMean is summed, then divided on the device as the CPU path divides.
-  /// One thread at a time. @throws InvalidUsage (poisoned: carries the cause), InvalidArgument
+  /// One thread at a time (any thread: it makes device() current for the calling thread).
+  /// @throws InvalidUsage (poisoned: carries the cause), InvalidArgument
   /// (root out of range, null buffer with count > 0), BackendError/PeerError from NCCL or CUDA,
   /// TimeoutError (NCCL still enqueueing at the deadline).
   std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls, void* stream);
