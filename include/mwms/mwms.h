@@ -6,6 +6,7 @@
 #include "mwms/cluster.h"
 #include "mwms/communicator.h"
 #include "mwms/config.h"
+#include "mwms/device_communicator.h"
 #include "mwms/errors.h"
 #include "mwms/options.h"
 #include "mwms/strategy.h"

@@ -73,7 +73,8 @@ check_consumers() {
   logged "$work/$tag-cmake-configure.log" env -u TF_CONFIG "$cmake" -S "$src/examples/consumer" \
     -B "$work/$tag-cmake" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_BUILD_TYPE=Release
-  grep -q "mwms $version: MPI $with_mpi, CUDA $with_cuda, shared $is_shared" \
+  # NCCL comes with CUDA (cmake/mwms_cuda.cmake): mwms_WITH_NCCL must equal mwms_WITH_CUDA.
+  grep -q "mwms $version: MPI $with_mpi, CUDA $with_cuda, NCCL $with_cuda, shared $is_shared" \
     "$work/$tag-cmake-configure.log" || { cat "$work/$tag-cmake-configure.log"; fail "$tag: mwms_* variables"; }
   grep -qx "mwms_DIR:PATH=$prefix/$libdir/cmake/mwms" "$work/$tag-cmake/CMakeCache.txt" ||
     fail "$tag: find_package(mwms) found another mwms: $(grep '^mwms_DIR' "$work/$tag-cmake/CMakeCache.txt")"

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU half's checks on a machine with a GPU, as one prepared script (at most ~8 minutes on one
+# GPU): what CI here cannot run, because it has CUDA but no device.
+#   1. nvidia-smi (driver, device, memory);
+#   2. a CUDA build (MWMS_WITH_CUDA=ON), or the build directory given (e.g. carried from a CI
+#      machine: it must hold bin/mwms_gpu_kernels_tests, bin/mwms_gpu_nccl_tests, bin/mwms_gpu_bench);
+#   3. the GPU tests: gpu:kernels (CUDA kernels bit for bit against the CPU reference, every dtype
+#      x op, all 16-bit patterns), gpu:nccl1 (one-rank real NCCL: every collective on device
+#      buffers, buckets, events), which must PASS here (a skip is a failure on a GPU machine);
+#   4. the fake-NCCL and kernel unit tests (the same CPU checks CI runs);
+#   5. the kernel bench and the one-rank NCCL all-reduce, 8 B to 1 GiB (mwms_gpu_bench, JSON lines).
+# Usage: scripts/gpu_check.sh LOG_DIR [BUILD_DIR]
+# Writes LOG_DIR/gpu_check.log (everything), LOG_DIR/<step>.log per step and LOG_DIR/bench.jsonl;
+# exits 0 only when every step passed. Steps have their own time limits.
+set -uo pipefail
+log_dir=${1:?usage: gpu_check.sh LOG_DIR [BUILD_DIR]}
+build=${2:-}
+src=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$log_dir"
+log_dir=$(cd "$log_dir" && pwd)
+main_log=$log_dir/gpu_check.log
+: > "$main_log"
+failed=0
+say() { echo "$*" | tee -a "$main_log"; }
+# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND under a time limit into LOG_DIR/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" > "$log_dir/$name.log" 2>&1
+  local rc=$?
+  cat "$log_dir/$name.log" >> "$main_log"
+  if [[ $rc -eq 0 ]]; then
+    say "== ok   $name ($((SECONDS - start)) s)"
+  else
+    say "== FAIL $name (exit $rc after $((SECONDS - start)) s; log $log_dir/$name.log)"
+    tail -20 "$log_dir/$name.log"
+    failed=1
+  fi
+  return $rc
+}
+
+say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src"
+step nvidia-smi 30 nvidia-smi || say "(no working driver: the GPU steps below will fail)"
+
+if [[ -z "$build" ]]; then
+  build=$log_dir/build
+  jobs=$(nproc)
+  step configure 120 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMWMS_WITH_CUDA=ON \
+    -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || exit 1
+  step build 300 cmake --build "$build" -j "$jobs" --target mwms_gpu_kernels_tests \
+    mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || exit 1
+fi
+bin=$build/bin
+for exe in mwms_gpu_kernels_tests mwms_gpu_nccl_tests mwms_gpu_bench; do
+  [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; exit 1; }
+done
+# ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart.
+step ldd 10 ldd "$bin/mwms_gpu_nccl_tests"
+
+# A GPU test that skips (exit 77) here means it saw no device: that is a failure on this machine.
+step gpu-kernels 120 "$bin/mwms_gpu_kernels_tests"
+step gpu-nccl1 120 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_nccl_tests"
+if [[ -x $bin/mwms_unit_tests ]]; then
+  step unit-cpu-refs 120 "$bin/mwms_unit_tests" "[nccl],element*,Reducer*"
+fi
+step bench 150 "$bin/mwms_gpu_bench" --max-bytes $((1 << 30)) --iters 20
+grep '^{' "$log_dir/bench.log" > "$log_dir/bench.jsonl" 2>/dev/null || true
+
+if [[ $failed -eq 0 ]]; then say "gpu_check: all steps passed"; else say "gpu_check: FAILED"; fi
+exit $failed

@@ -1,0 +1,383 @@
+#include "collective/backend/nccl_backend.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "common/logging.h"
+
+namespace mwms::collective {
+
+namespace {
+
+using common::Clock;
+using common::Deadline;
+
+// Polling cadence of every NCCL wait: yield for the first millisecond (a small collective on a
+// GPU completes in tens of microseconds), then sleep 50 us so that a long wait costs no core.
+class Backoff {
+ public:
+  void pause() {
+    if (Clock::now() - start_ < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+};
+
+const char* or_empty(const char* s) { return s ? s : ""; }
+
+// "0.3 s", "300 s": three significant digits, so a limit measured a few microseconds after it
+// was set still prints as the value that was configured.
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", s);
+  return buf;
+}
+
+// A Work over a CUDA event recorded after the collective (Note [nccl deadlines]).
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclShared> shared, NcclEvent event, Deadline deadline,
+           ErrorContext ctx, double timeout)
+      : shared_(std::move(shared)), event_(event), deadline_(deadline), ctx_(std::move(ctx)),
+        timeout_(timeout) {}
+
+  ~NcclWork() override {
+    if (event_ != nullptr) shared_->api->event_destroy(event_);
+  }
+
+  bool test() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return poll();
+  }
+
+  void wait(double timeout_seconds) override {
+    const double limit = timeout_seconds > 0 ? timeout_seconds : timeout_;
+    const Deadline wait_deadline = common::deadline_after(limit);
+    Backoff backoff;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (poll()) {
+          if (error_) std::rethrow_exception(error_);
+          return;
+        }
+      }
+      if (Clock::now() > wait_deadline) {
+        ErrorContext ctx = ctx_;
+        ctx.timeout_seconds = limit;
+        throw TimeoutError("Work::wait: nccl " + ctx_.op + " seq " + std::to_string(ctx_.seq) +
+                               " not complete after " + seconds_text(limit) +
+                               " (it keeps running under its own deadline)",
+                           ctx);
+      }
+      backoff.pause();
+    }
+  }
+
+ private:
+  // One look at the collective; true once it completed or failed. Caller holds mutex_.
+  bool poll() noexcept {
+    if (done_) return true;
+    const NcclApi& api = *shared_->api;
+    if (std::exception_ptr cause = shared_->failure()) return finish(cause);
+    const int q = api.event_query(event_);
+    if (q == kCudaSuccess) return finish(nullptr);
+    if (q != kCudaErrorNotReady) {
+      return fail(to_error(api, NativeSource::kCuda, q, "cudaEventQuery", nullptr, ctx_));
+    }
+    int async = kNcclSuccess;
+    const int r = api.comm_get_async_error(shared_->comm, &async);
+    if (r != kNcclSuccess) {
+      return fail(to_error(api, NativeSource::kNccl, r, "ncclCommGetAsyncError", shared_->comm, ctx_));
+    }
+    if (async != kNcclSuccess && async != kNcclInProgress) {
+      return fail(to_error(api, NativeSource::kNccl, async, "nccl " + ctx_.op, shared_->comm, ctx_));
+    }
+    if (Clock::now() > deadline_) {
+      ErrorContext ctx = ctx_;
+      ctx.timeout_seconds = timeout_;
+      ctx.elapsed_seconds = timeout_ - common::seconds_left(deadline_);
+      return fail(std::make_exception_ptr(TimeoutError(
+          "nccl " + ctx_.op + " seq " + std::to_string(ctx_.seq) + " did not complete within " +
+              seconds_text(timeout_) +
+              ": a peer is dead, stalled or never called it; the NCCL communicator was aborted",
+          ctx)));
+    }
+    return false;
+  }
+
+  bool fail(std::exception_ptr cause) noexcept {
+    shared_->fail(cause);
+    return finish(shared_->failure());
+  }
+
+  bool finish(std::exception_ptr error) noexcept {
+    done_ = true;
+    error_ = error;
+    return true;
+  }
+
+  std::shared_ptr<NcclShared> shared_;
+  NcclEvent event_;
+  Deadline deadline_;
+  ErrorContext ctx_;
+  double timeout_;
+  std::mutex mutex_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+const char* to_string(DeviceCollective kind) noexcept {
+  switch (kind) {
+    case DeviceCollective::kAllReduce: return "all_reduce";
+    case DeviceCollective::kReduceScatter: return "reduce_scatter";
+    case DeviceCollective::kAllGather: return "all_gather";
+    case DeviceCollective::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::exception_ptr to_error(const NcclApi& api, NativeSource source, int code,
+                            const std::string& call, NcclComm comm, ErrorContext ctx) noexcept {
+  try {
+    ctx.transport = "nccl";
+    if (source == NativeSource::kCuda) {
+      return std::make_exception_ptr(
+          BackendError(call + " failed: CUDA error " + std::to_string(code) + " (" +
+                           or_empty(api.cuda_error_string(code)) + ")",
+                       code, ctx));
+    }
+    std::string text = call + " failed: NCCL error " + std::to_string(code) + " (" +
+                       or_empty(api.error_string(code)) + ")";
+    const char* last = comm != nullptr ? api.last_error(comm) : nullptr;
+    if (last != nullptr && *last != '\0') text += ": " + std::string(last);
+    if (code == kNcclRemoteError || code == kNcclSystemError) {
+      return std::make_exception_ptr(
+          PeerError(text + " (a peer or its connection failed; the NCCL communicator was aborted)",
+                    ctx));
+    }
+    return std::make_exception_ptr(BackendError(text, code, ctx));
+  } catch (...) {
+    return std::current_exception();  // std::bad_alloc
+  }
+}
+
+void NcclShared::fail(std::exception_ptr cause) noexcept {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!poison) poison = cause;
+  if (!aborted && !destroyed && comm != nullptr) {
+    aborted = true;
+    const int r = api->comm_abort(comm);
+    if (r != kNcclSuccess) {
+      MWMS_LOG_WARN(kColl, "ncclCommAbort returned " << r << " (" << or_empty(api->error_string(r))
+                                                     << ")");
+    }
+  }
+}
+
+std::exception_ptr NcclShared::failure() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return poison;
+}
+
+NcclBackend::NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackendOptions options)
+    : shared_(std::make_shared<NcclShared>()) {
+  shared_->api = &api;
+  shared_->options = std::move(options);
+  const NcclBackendOptions& o = shared_->options;
+  const ErrorContext ctx = context("nccl init", -1);
+  check(NativeSource::kCuda, api.set_device(o.local_rank, &device_), "cudaSetDevice", ctx);
+  NcclComm comm = nullptr;
+  const int r = api.comm_init_rank(&comm, o.world_size, &id, o.rank);
+  shared_->comm = comm;
+  if (r != kNcclSuccess && r != kNcclInProgress) {
+    std::exception_ptr e = to_error(api, NativeSource::kNccl, r, "ncclCommInitRankConfig", comm, ctx);
+    if (comm != nullptr) shared_->fail(e);
+    std::rethrow_exception(e);
+  }
+  wait_not_in_progress("ncclCommInitRankConfig", common::deadline_after(o.init_timeout_seconds),
+                       ctx);
+  MWMS_LOG_INFO(kInit, "nccl communicator ready: rank " << o.rank << " of " << o.world_size
+                                                        << ", device " << device_);
+}
+
+NcclBackend::~NcclBackend() {
+  if (std::shared_ptr<Work> last = last_.lock()) {
+    try {
+      last->wait();
+    } catch (const std::exception& e) {
+      MWMS_LOG_WARN(kColl, "nccl: the last collective failed at shutdown: " << e.what());
+    }
+  }
+  NcclShared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.aborted || s.comm == nullptr) return;  // ncclCommAbort freed the communicator
+  s.destroyed = true;
+  const NcclApi& api = *s.api;
+  int r = api.comm_finalize(s.comm);
+  const Deadline deadline = common::deadline_after(s.options.timeout_seconds);
+  Backoff backoff;
+  int async = r == kNcclSuccess || r == kNcclInProgress ? kNcclInProgress : r;
+  while (async == kNcclInProgress && Clock::now() < deadline) {
+    if (api.comm_get_async_error(s.comm, &async) != kNcclSuccess) break;
+    if (async == kNcclInProgress) backoff.pause();
+  }
+  if (async == kNcclSuccess) {
+    r = api.comm_destroy(s.comm);
+    if (r == kNcclSuccess) return;
+  }
+  MWMS_LOG_WARN(kColl, "nccl: finalize did not complete (status " << async << "); aborting");
+  api.comm_abort(s.comm);
+}
+
+ErrorContext NcclBackend::context(const char* op, std::int64_t seq) const {
+  ErrorContext ctx = shared_->options.context;
+  ctx.rank = shared_->options.rank;
+  ctx.world_size = shared_->options.world_size;
+  ctx.op = op;
+  ctx.seq = seq;
+  ctx.transport = "nccl";
+  return ctx;
+}
+
+void NcclBackend::check(NativeSource source, int code, const char* call, const ErrorContext& ctx) {
+  const bool ok = source == NativeSource::kCuda ? code == kCudaSuccess
+                                                : (code == kNcclSuccess || code == kNcclInProgress);
+  if (ok) return;
+  std::exception_ptr e = to_error(*shared_->api, source, code, call, shared_->comm, ctx);
+  // A bad argument broke nothing; anything else leaves the communicator in an unknown state.
+  if (!(source == NativeSource::kNccl && code == kNcclInvalidArgument)) shared_->fail(e);
+  std::rethrow_exception(e);
+}
+
+void NcclBackend::wait_not_in_progress(const char* what, Deadline deadline,
+                                       const ErrorContext& ctx) {
+  const NcclApi& api = *shared_->api;
+  const double limit = common::seconds_left(deadline);
+  Backoff backoff;
+  for (;;) {
+    int async = kNcclSuccess;
+    check(NativeSource::kNccl, api.comm_get_async_error(shared_->comm, &async),
+          "ncclCommGetAsyncError", ctx);
+    if (async == kNcclSuccess) return;
+    if (async != kNcclInProgress) {
+      std::exception_ptr e = to_error(api, NativeSource::kNccl, async, what, shared_->comm, ctx);
+      shared_->fail(e);
+      std::rethrow_exception(e);
+    }
+    if (Clock::now() > deadline) {
+      ErrorContext t = ctx;
+      t.timeout_seconds = limit;
+      std::exception_ptr e = std::make_exception_ptr(TimeoutError(
+          std::string(what) + " still in progress after " + seconds_text(limit) + " (world size " +
+              std::to_string(shared_->options.world_size) +
+              "): a rank never joined or is stalled; the NCCL communicator was aborted",
+          t));
+      shared_->fail(e);
+      std::rethrow_exception(e);
+    }
+    backoff.pause();
+  }
+}
+
+std::shared_ptr<Work> NcclBackend::launch(const DeviceCall* calls, std::size_t num_calls,
+                                          void* stream) {
+  const NcclApi& api = *shared_->api;
+  const NcclBackendOptions& o = shared_->options;
+  const char* op = num_calls == 1 ? to_string(calls[0].kind) : "group";
+  ErrorContext ctx = context(op, static_cast<std::int64_t>(seq_));
+  if (std::exception_ptr cause = shared_->failure()) {
+    std::string why = "the NCCL communicator is poisoned";
+    try {
+      std::rethrow_exception(cause);
+    } catch (const std::exception& e) {
+      why += " by an earlier failure: " + std::string(e.what());
+    }
+    throw InvalidUsage(why, ctx);
+  }
+  for (std::size_t i = 0; i < num_calls; ++i) {
+    const DeviceCall& c = calls[i];
+    if (c.count > 0 && (c.recv == nullptr || (c.kind != DeviceCollective::kBroadcast && c.send == nullptr))) {
+      throw InvalidArgument(std::string("nccl ") + to_string(c.kind) + ": null device buffer with count " +
+                                std::to_string(c.count), ctx);
+    }
+    if (c.kind == DeviceCollective::kBroadcast && (c.root < 0 || c.root >= o.world_size)) {
+      throw InvalidArgument("nccl broadcast: root " + std::to_string(c.root) +
+                                " out of range for world size " + std::to_string(o.world_size), ctx);
+    }
+  }
+  const Deadline deadline = common::deadline_after(o.timeout_seconds);
+  ++seq_;
+  // The calling thread may not be the one that created the backend, and CUDA's current device is
+  // per thread: the event below must be made on this rank's device (as `stream` is).
+  int device = -1;
+  check(NativeSource::kCuda, api.set_device(o.local_rank, &device), "cudaSetDevice", ctx);
+  const bool group = num_calls > 1;
+  if (group) check(NativeSource::kNccl, api.group_start(), "ncclGroupStart", ctx);
+  int first_error = kNcclSuccess;
+  const char* failed_call = nullptr;
+  for (std::size_t i = 0; i < num_calls && first_error == kNcclSuccess; ++i) {
+    const DeviceCall& c = calls[i];
+    int r = kNcclSuccess;
+    switch (c.kind) {
+      case DeviceCollective::kAllReduce:
+        r = api.all_reduce(c.send, c.recv, c.count, c.dtype, c.op, shared_->comm, stream);
+        break;
+      case DeviceCollective::kReduceScatter:
+        r = api.reduce_scatter(c.send, c.recv, c.count, c.dtype, c.op, shared_->comm, stream);
+        break;
+      case DeviceCollective::kAllGather:
+        r = api.all_gather(c.send, c.recv, c.count, c.dtype, shared_->comm, stream);
+        break;
+      case DeviceCollective::kBroadcast:
+        r = api.broadcast(c.send, c.recv, c.count, c.dtype, c.root, shared_->comm, stream);
+        break;
+    }
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      first_error = r;
+      failed_call = to_string(c.kind);
+    }
+  }
+  // A group is always closed, even after a failed call inside it (NCCL requires it).
+  const int end = group ? api.group_end() : kNcclSuccess;
+  if (first_error != kNcclSuccess) {
+    check(NativeSource::kNccl, first_error, (std::string("nccl ") + failed_call).c_str(), ctx);
+  }
+  check(NativeSource::kNccl, end, "ncclGroupEnd", ctx);
+  wait_not_in_progress("nccl enqueue", deadline, ctx);  // non-blocking comm: enqueue finished
+  for (std::size_t i = 0; i < num_calls; ++i) {
+    const DeviceCall& c = calls[i];
+    if (c.op == ReduceOp::kMean && (c.kind == DeviceCollective::kAllReduce ||
+                                    c.kind == DeviceCollective::kReduceScatter)) {
+      check(NativeSource::kCuda, api.scale_divide(c.recv, c.count, c.dtype, o.world_size, stream),
+            "mean division kernel", ctx);
+    }
+  }
+  NcclEvent event = nullptr;
+  check(NativeSource::kCuda, api.event_create(&event), "cudaEventCreate", ctx);
+  auto work = std::make_shared<NcclWork>(shared_, event, deadline, ctx, o.timeout_seconds);
+  check(NativeSource::kCuda, api.event_record(event, stream), "cudaEventRecord", ctx);
+  last_ = work;
+  return work;
+}
+
+void NcclBackend::abort(const std::string& reason) noexcept {
+  ErrorContext ctx = context("abort", static_cast<std::int64_t>(seq_));
+  shared_->fail(std::make_exception_ptr(
+      InvalidUsage("the NCCL communicator was aborted by this rank: " + reason, ctx)));
+}
+
+std::string NcclBackend::describe() const {
+  return std::string(shared_->api->name) + " (device " + std::to_string(device_) + ", world size " +
+         std::to_string(shared_->options.world_size) + ")";
+}
+
+}  // namespace mwms::collective

@@ -1,0 +1,134 @@
+// The NCCL backend (DESIGN "The transport seam": a backend, not a transport): collectives on
+// device buffers handed whole to NCCL, on the caller's stream, with our deadlines around NCCL's
+// non-blocking communicator. Everything goes through an NcclApi table (nccl_api.h), so this file
+// compiles in every build and the timeout/abort path and the error mapping are tested with a fake.
+//
+// Note [nccl deadlines]: NCCL itself never times out: a collective whose peer died spins in its
+// kernel forever, and a blocking ncclCommInitRank waits forever for a peer that never comes. So
+// the communicator is created with config.blocking = 0, every NCCL call that returns
+// ncclInProgress is followed by polling ncclCommGetAsyncError, and a collective's completion is a
+// CUDA event recorded after it on the stream. Whoever waits (Work::wait, Work::test, the
+// destructor) polls the event and ncclCommGetAsyncError against the collective's deadline
+// (started + timeout_seconds). An asynchronous error (ncclRemoteError, ncclSystemError: a peer
+// or its connection failed) becomes a PeerError; the deadline passing becomes a TimeoutError;
+// either way this rank calls ncclCommAbort, which stops its kernels and frees the stream, and the
+// communicator is poisoned (later calls throw InvalidUsage carrying the cause). Every rank does
+// the same under its own deadline, so a dead peer ends in an error on every survivor, never in a
+// kernel that spins. The deadline is checked only while someone waits or tests: a collective
+// nobody waits for is aborted by the next wait or by the destructor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "collective/backend/nccl_api.h"
+#include "common/socket.h"
+#include "mwms/communicator.h"
+#include "mwms/errors.h"
+
+namespace mwms::collective {
+
+/// Which NCCL collective a DeviceCall is.
+enum class DeviceCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+
+/// One collective on device buffers (NCCL semantics; counts in elements: all-reduce and broadcast
+/// `count`, reduce-scatter the per-rank recv count, all-gather the per-rank send count).
+struct DeviceCall {
+  DeviceCollective kind = DeviceCollective::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast".
+const char* to_string(DeviceCollective kind) noexcept;
+
+struct NcclBackendOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;                 ///< picks the device: local_rank % device count
+  double timeout_seconds = 300;       ///< per collective (Note [nccl deadlines])
+  double init_timeout_seconds = 300;  ///< communicator creation
+  ErrorContext context;               ///< rank, world size, task: copied into every error
+};
+
+/// Where a foreign status came from, for to_error().
+enum class NativeSource { kNccl, kCuda };
+
+/// The one conversion of an NCCL or CUDA status into an mwms error (STYLE item 18): a
+/// BackendError whose native_code() is `code` and whose message names `call`, the code and its
+/// text (plus NCCL's last error for the communicator, when there is one); ncclRemoteError and
+/// ncclSystemError, which NCCL reports when a peer or its connection failed, become PeerError.
+/// Never throws (returns the error to throw).
+std::exception_ptr to_error(const NcclApi& api, NativeSource source, int code,
+                            const std::string& call, NcclComm comm, ErrorContext ctx) noexcept;
+
+/// State shared between the backend and its Work handles (which may outlive calls but not the
+/// communicator's use): the communicator, the poison and the abort. Thread-safe.
+struct NcclShared {
+  const NcclApi* api = nullptr;
+  NcclComm comm = nullptr;
+  NcclBackendOptions options;
+  std::mutex mutex;
+  std::exception_ptr poison;  // set once: the first failure
+  bool aborted = false;
+  bool destroyed = false;
+
+  /// Records `cause` as the poison (first one wins) and calls comm_abort once. Never throws.
+  void fail(std::exception_ptr cause) noexcept;
+  /// The poison, or nullptr.
+  std::exception_ptr failure();
+};
+
+class NcclBackend {
+ public:
+  /// Selects the device, creates the NCCL communicator for `options.rank` of
+  /// `options.world_size` from `id` (non-blocking) and waits until it is ready or
+  /// init_timeout_seconds passed. Blocking. @throws TimeoutError (a rank never joined; the
+  /// communicator was aborted), PeerError, BackendError (NCCL/CUDA failures with their codes).
+  NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackendOptions options);
+  /// Waits (bounded by each one's deadline) for the collectives still running, then finalizes and
+  /// destroys the communicator (bounded by timeout_seconds; aborted past it). Never throws.
+  ~NcclBackend();
+  NcclBackend(const NcclBackend&) = delete;
+  NcclBackend& operator=(const NcclBackend&) = delete;
+
+  /// Enqueues `calls` (one NCCL group when more than one: a bucket) on `stream` (cudaStream_t as
+  /// void*) and returns at once with a Work that completes when all of them have completed on the
+  /// device (a CUDA event). kMean is summed, then divided on the device as the CPU path divides.
+  /// One thread at a time (any thread: it makes device() current for the calling thread).
+  /// @throws InvalidUsage (poisoned: carries the cause), InvalidArgument
+  /// (root out of range, null buffer with count > 0), BackendError/PeerError from NCCL or CUDA,
+  /// TimeoutError (NCCL still enqueueing at the deadline).
+  std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls, void* stream);
+
+  /// Aborts the NCCL communicator and poisons the backend with `reason`. Never throws.
+  void abort(const std::string& reason) noexcept;
+
+  /// The CUDA device this rank uses.
+  int device() const noexcept { return device_; }
+  /// Number of launches so far (each a group of calls).
+  std::uint64_t seq() const noexcept { return seq_; }
+  /// "nccl (device D, world size N)".
+  std::string describe() const;
+
+ private:
+  ErrorContext context(const char* op, std::int64_t seq) const;
+  void check(NativeSource source, int code, const char* call, const ErrorContext& ctx);
+  /// Polls comm_get_async_error until it is not kNcclInProgress, before `deadline`.
+  void wait_not_in_progress(const char* what, common::Deadline deadline, const ErrorContext& ctx);
+
+  std::shared_ptr<NcclShared> shared_;
+  int device_ = -1;
+  std::uint64_t seq_ = 0;
+  std::weak_ptr<Work> last_;  // the latest launch's Work (the destructor waits for it)
+};
+
+}  // namespace mwms::collective

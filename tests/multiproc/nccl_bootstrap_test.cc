@@ -1,0 +1,46 @@
+// Note [nccl unique id] over real processes: rank 0's NCCL unique id reaches every rank through
+// our rendezvous (TF_CONFIG), and each rank creates its NCCL communicator with it. NCCL is the
+// fake table (support/fake_nccl.h), so this runs without a GPU.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "collective/device_communicator.h"
+#include "multiproc/launcher.h"
+#include "mwms/mwms.h"
+#include "support/fake_nccl.h"
+
+TEST_CASE("the NCCL unique id of rank 0 reaches every rank through the rendezvous",
+          "[tcp][multiproc][nccl]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config,
+                                                   const auto& report) {
+    auto& world = mwms::testing::FakeNcclWorld::get();
+    world.reset();
+    mwms::CommunicatorOptions o;
+    o.connect_timeout_seconds = 20;
+    o.timeout_seconds = 10;
+    auto comm = mwms::collective::create_device_communicator(
+        mwms::resolve_tf_config(tf_config), o, &mwms::testing::fake_nccl_api());
+    REQUIRE(comm->rank() == rank);
+    REQUIRE(comm->world_size() == 3);
+    REQUIRE(world.comms.size() == 1);
+    report("init " + mwms::collective::to_hex(world.comms[0]->id));
+    report(" made " + std::to_string(world.unique_ids.load()));
+    report(" world " + std::to_string(world.comms[0]->world_size));
+  });
+  REQUIRE(results.size() == 3);
+  INFO(mwms::testing::describe(results));
+  const std::string first = results[0].output.substr(0, 5 + 256);
+  CHECK(first.size() == 261);
+  CHECK(first != "init " + std::string(256, '0'));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.substr(0, 261) == first);  // every rank initialised with rank 0's id
+    CHECK(r.output.find(" world 3") != std::string::npos);
+    // Only rank 0 made an id.
+    CHECK(r.output.find(r.rank == 0 ? " made 1" : " made 0") != std::string::npos);
+  }
+}
