@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -230,6 +231,51 @@ TEST_CASE("workers with different local replica counts fail at construction, nam
   REQUIRE(results.size() == 2);
   CHECK_THAT(results[0].output, Catch::Matchers::Contains("worker 0 has 1, worker 1 has 2"));
   CHECK_THAT(results[1].output, Catch::Matchers::Contains("worker 1 has 2, worker 0 has 1"));
+}
+
+TEST_CASE("a local replica that throws on one worker fails every replica of every worker",
+          "[tcp][strategy][fault]") {
+  // Worker 1's replica 1 throws before the all-reduce: worker 1's replica 0 stops waiting for it
+  // (ReplicaError) and run() rethrows the root; worker 1 exits, so worker 0's replica 0 gets a
+  // PeerError from the cross-worker all-reduce and its replica 1 a ReplicaError naming replica 0.
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+    mwms::CommunicationOptions options;
+    options.timeout_seconds = 30;
+    mwms::ReplicaOptions replicas;
+    replicas.local_replicas = 2;
+    mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+    std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
+    std::mutex mu;
+    try {
+      strategy.run([&](const mwms::ReplicaContext& ctx) {
+        if (rank == 1 && ctx.local_replica_id == 1) throw std::runtime_error("worker 1 replica 1 broke");
+        try {
+          auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+          ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
+        } catch (const mwms::ReplicaError& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          report("replica " + std::to_string(ctx.local_replica_id) + " got ReplicaError: " + e.what() + "\n");
+          throw;
+        }
+      });
+      report("run returned\n");
+    } catch (const mwms::PeerError& e) {
+      report(std::string("run threw PeerError: ") + e.what() + "\n");
+    } catch (const std::runtime_error& e) {
+      report(std::string("run threw: ") + e.what() + "\n");
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  using Catch::Matchers::Contains;
+  CHECK_THAT(results[1].output, Contains("run threw: worker 1 replica 1 broke") &&
+                                    Contains("replica 0 got ReplicaError: local replica 1"));
+  CHECK_THAT(results[0].output, Contains("run threw PeerError") && Contains("rank 1") &&
+                                    Contains("replica 1 got ReplicaError: local replica 0"));
+  for (const auto& r : results) CHECK(r.seconds < 25);  // failed at once, not at the deadline
 }
 
 TEST_CASE("2 workers end with the same weights as 1 worker", "[tcp][strategy]") {
