@@ -27,7 +27,8 @@ Cnn::Cnn(CnnShape shape) : shape_(shape) {
       shape.classes <= 1) {
     throw std::invalid_argument(
         "cnn: images need an even side >= 4 (side - 2 is pooled by 2), every layer a positive "
-        "size and >= 2 classes; got side " + std::to_string(shape.side));
+        "size and >= 2 classes; got side " +
+        std::to_string(shape.side));
   }
   conv_side_ = shape.side - 2;
   pool_side_ = conv_side_ / 2;

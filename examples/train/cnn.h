@@ -27,9 +27,9 @@ namespace mwms::train {
 
 /// Layer sizes; defaults are the tutorial's on Fashion-MNIST's 28x28 images and 10 classes.
 struct CnnShape {
-  int side = 28;      ///< input images are side x side, one channel
-  int filters = 32;   ///< 3x3 convolution kernels
-  int dense = 64;     ///< units of the hidden dense layer
+  int side = 28;     ///< input images are side x side, one channel
+  int filters = 32;  ///< 3x3 convolution kernels
+  int dense = 64;    ///< units of the hidden dense layer
   int classes = 10;
 };
 
@@ -65,22 +65,22 @@ class Cnn : public Model {
   void forward(const float* x, int batch);
 
   CnnShape shape_;
-  int conv_side_ = 0;   // side - 2
-  int pool_side_ = 0;   // conv_side / 2
-  int features_ = 0;    // filters * pool_side^2
+  int conv_side_ = 0;  // side - 2
+  int pool_side_ = 0;  // conv_side / 2
+  int features_ = 0;   // filters * pool_side^2
   std::vector<TensorSlot> slots_;
   FloatBuffer params_;
   FloatBuffer grads_;
   int capacity_ = 0;
-  FloatBuffer cols_;      // 9 x (conv_side^2 * batch), Note [cnn layout]
-  FloatBuffer conv_;      // filters x (conv_side^2 * batch): ReLU activations
+  FloatBuffer cols_;  // 9 x (conv_side^2 * batch), Note [cnn layout]
+  FloatBuffer conv_;  // filters x (conv_side^2 * batch): ReLU activations
   FloatBuffer d_conv_;
-  FloatBuffer pooled_;    // features x batch
+  FloatBuffer pooled_;  // features x batch
   FloatBuffer d_pooled_;
   std::vector<std::uint32_t> argmax_;  // per pooled value: its index in conv_
-  FloatBuffer hidden_;    // dense x batch: ReLU activations
+  FloatBuffer hidden_;                 // dense x batch: ReLU activations
   FloatBuffer d_hidden_;
-  FloatBuffer logits_;    // classes x batch, then d loss / d logits
+  FloatBuffer logits_;  // classes x batch, then d loss / d logits
 };
 
 }  // namespace mwms::train

@@ -1,6 +1,7 @@
 // train: data-parallel training of an MLP or the tutorial CNN on Fashion-MNIST through libmwms's
-// MultiWorkerMirroredStrategy, with K local replicas (threads) per worker. Runs as one process, under mpirun, with TF_CONFIG, or with TF1-style
-// --job_name/--task_index/--cluster_spec flags. See examples/README.md.
+// MultiWorkerMirroredStrategy, with K local replicas (threads) per worker. Runs as one process,
+// under mpirun, with TF_CONFIG, or with TF1-style --job_name/--task_index/--cluster_spec flags.
+// See examples/README.md.
 
 #include <unistd.h>
 

@@ -53,8 +53,9 @@ Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strateg
     throw std::runtime_error("training and test images differ in size");
   }
   if (config.overlap_blocks > 0 && strategy.num_local_replicas() > 1) {
-    throw std::runtime_error("--overlap_blocks needs --local_replicas 1 (the overlapped gradient "
-                             "sync is per worker)");
+    throw std::runtime_error(
+        "--overlap_blocks needs --local_replicas 1 (the overlapped gradient "
+        "sync is per worker)");
   }
   replicas_.reserve(static_cast<std::size_t>(strategy.num_local_replicas()));
   for (int r = 0; r < strategy.num_local_replicas(); ++r) add_replica();
@@ -211,8 +212,8 @@ EpochStats Trainer::train_epoch(int epoch) {
                                                   scale, ready, config_.overlap_blocks);
       strategy_.finish_gradient_sync();
     } else {
-      rep.loss_sum += rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows,
-                                                  scale, {}, 1);
+      rep.loss_sum +=
+          rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale, {}, 1);
       ctx.all_reduce(ReduceOp::kSum, rep.grad_tensors);
     }
     rep.optimizer->step(rep.model->params(), rep.model->gradients());
@@ -253,8 +254,8 @@ double Trainer::evaluate() {
     for (std::size_t begin = shard.begin; begin < shard.end; begin += chunk) {
       const std::size_t count = std::min(chunk, shard.end - begin);
       gather_range(test_, begin, count, rep.batch_x.data(), rep.batch_y.data());
-      rep.correct += rep.model->count_correct(rep.batch_x.data(), rep.batch_y.data(),
-                                              static_cast<int>(count));
+      rep.correct +=
+          rep.model->count_correct(rep.batch_x.data(), rep.batch_y.data(), static_cast<int>(count));
     }
   });
   std::size_t correct = 0;

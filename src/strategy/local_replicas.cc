@@ -46,8 +46,8 @@ std::string what_of(const std::exception_ptr& error) {
 }
 
 Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace
@@ -71,8 +71,8 @@ LocalReplicas::LocalReplicas(int k, double timeout_seconds, int worker, ErrorCon
     job_cv_.notify_all();
     for (std::thread& t : threads_) t.join();
     throw BackendError("cannot start the thread of local replica " +
-                           std::to_string(threads_.size() + 1) + " of " + std::to_string(k) +
-                           ": " + e.what(),
+                           std::to_string(threads_.size() + 1) + " of " + std::to_string(k) + ": " +
+                           e.what(),
                        e.code().value(), context_);
   }
 }
@@ -124,13 +124,13 @@ void LocalReplicas::run_body(int local_id) {
     // Replicas wait in a collective this one will never join.
     std::string waiting;
     for (int j = 0; j < k_; ++j) {
-      if (here_[static_cast<std::size_t>(j)]) waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
+      if (here_[static_cast<std::size_t>(j)])
+        waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
     }
-    const std::string what = replica_name(local_id) +
-                             " returned from its function while local replica(s) " + waiting +
-                             " wait for it in ReplicaContext collective #" +
-                             std::to_string(collectives_) +
-                             ": every local replica must make the same ReplicaContext calls";
+    const std::string what =
+        replica_name(local_id) + " returned from its function while local replica(s) " + waiting +
+        " wait for it in ReplicaContext collective #" + std::to_string(collectives_) +
+        ": every local replica must make the same ReplicaContext calls";
     fail_locked(local_id, std::make_exception_ptr(InvalidUsage(what, context_)), what);
   }
   sync_cv_.notify_all();
@@ -181,9 +181,9 @@ void LocalReplicas::fail_locked(int local_id, std::exception_ptr error, const st
 void LocalReplicas::throw_replica_error_locked(int local_id, const char* op) {
   ErrorContext ctx = context_;
   ctx.op = op;
-  throw ReplicaError(replica_name(failed_replica_) + " failed: " + failure_what_ + "; local replica " +
-                         std::to_string(local_id) + " stopped waiting in " + op + " #" +
-                         std::to_string(collectives_),
+  throw ReplicaError(replica_name(failed_replica_) + " failed: " + failure_what_ +
+                         "; local replica " + std::to_string(local_id) + " stopped waiting in " +
+                         op + " #" + std::to_string(collectives_),
                      ctx);
 }
 
@@ -199,8 +199,9 @@ void LocalReplicas::check_shapes_locked(const char* op) {
       for (std::size_t t = 0; t < first.size(); ++t) {
         if (other[t].count == first[t].count && other[t].dtype == first[t].dtype) continue;
         what << op << ": tensor " << t << " of " << replica_name(j) << " has count "
-             << other[t].count << " " << to_string(other[t].dtype) << ", local replica 0's has count "
-             << first[t].count << " " << to_string(first[t].dtype);
+             << other[t].count << " " << to_string(other[t].dtype)
+             << ", local replica 0's has count " << first[t].count << " "
+             << to_string(first[t].dtype);
         break;
       }
     }
@@ -256,7 +257,8 @@ void LocalReplicas::gather(int local_id, const std::vector<TensorRef>* tensors, 
     }
     std::string missing;
     for (int j = 0; j < k_; ++j) {
-      if (!here_[static_cast<std::size_t>(j)]) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
+      if (!here_[static_cast<std::size_t>(j)])
+        missing += (missing.empty() ? "" : ", ") + std::to_string(j);
     }
     ErrorContext ctx = context_;
     ctx.op = op;
@@ -308,7 +310,8 @@ void LocalReplicas::collective(int local_id, const std::vector<TensorRef>& tenso
     const std::vector<TensorRef>& result = *tensors_[0];
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       if (tensors[t].count > 0 && tensors[t].data != result[t].data) {
-        std::memcpy(tensors[t].data, result[t].data, tensors[t].count * dtype_size(tensors[t].dtype));
+        std::memcpy(tensors[t].data, result[t].data,
+                    tensors[t].count * dtype_size(tensors[t].dtype));
       }
     }
   }

@@ -84,19 +84,19 @@ class LocalReplicas {
   std::condition_variable job_cv_;   // replica threads wait here for a run()
   std::condition_variable sync_cv_;  // barrier and the end of run()
   const std::function<void(int)>* body_ = nullptr;
-  std::uint64_t job_ = 0;            // run() generation
+  std::uint64_t job_ = 0;  // run() generation
   bool stop_ = false;
   bool running_ = false;
-  int finished_ = 0;                 // replica threads done with the current job
+  int finished_ = 0;  // replica threads done with the current job
   std::thread::id caller_;
 
   // Barrier (reset by run()).
   std::uint64_t generation_ = 0;
   int arrived_ = 0;
-  std::vector<char> here_;           // per replica: arrived at the current barrier
-  std::vector<char> returned_;       // per replica: its body has returned
-  std::uint64_t collectives_ = 0;    // completed gathers in this run(), for messages
-  bool leader_busy_ = false;         // replica 0 is in across(): waiters re-arm their deadline
+  std::vector<char> here_;         // per replica: arrived at the current barrier
+  std::vector<char> returned_;     // per replica: its body has returned
+  std::uint64_t collectives_ = 0;  // completed gathers in this run(), for messages
+  bool leader_busy_ = false;       // replica 0 is in across(): waiters re-arm their deadline
   std::vector<const std::vector<TensorRef>*> tensors_;  // per replica, during a collective
 
   // Failure of the current run().

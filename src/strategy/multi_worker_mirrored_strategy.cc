@@ -248,7 +248,8 @@ void MultiWorkerMirroredStrategy::run(const std::function<void(const ReplicaCont
     return;
   }
   // K = 1: on this thread, as before local replicas existed.
-  if (impl_->in_run) throw InvalidUsage("MultiWorkerMirroredStrategy::run called from inside run()");
+  if (impl_->in_run)
+    throw InvalidUsage("MultiWorkerMirroredStrategy::run called from inside run()");
   impl_->in_run = true;
   try {
     fn(context(0));
@@ -274,11 +275,12 @@ void MultiWorkerMirroredStrategy::replica_all_reduce(const ReplicaContext& ctx, 
   const ReduceOp across_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
   m.replicas->all_reduce(ctx.local_replica_id, tensors, op,
                          [&](const std::vector<TensorRef>& mine) {
-    bucketed_all_reduce(*m.comm, m.options, m.pack, mine, across_op);
-    if (op == ReduceOp::kMean) {
-      for (const TensorRef& t : mine) kernels::scale_divide(t.data, t.count, t.dtype, replicas);
-    }
-  });
+                           bucketed_all_reduce(*m.comm, m.options, m.pack, mine, across_op);
+                           if (op == ReduceOp::kMean) {
+                             for (const TensorRef& t : mine)
+                               kernels::scale_divide(t.data, t.count, t.dtype, replicas);
+                           }
+                         });
   if (ctx.local_replica_id != 0) return;
   // Replica 0 runs on the strategy's thread: it alone updates the statistics, counting the whole
   // collective (waiting for the other replicas included) as exposed all-reduce time.
@@ -296,22 +298,25 @@ void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
     return;
   }
   check_tensors(variables, "ReplicaContext::broadcast_variables");
-  impl_->replicas->broadcast(ctx.local_replica_id, variables,
-                             [&](const std::vector<TensorRef>& mine) { broadcast_variables(mine); });
+  impl_->replicas->broadcast(
+      ctx.local_replica_id, variables,
+      [&](const std::vector<TensorRef>& mine) { broadcast_variables(mine); });
 }
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
   if (strategy_ == nullptr) {
-    throw InvalidUsage("ReplicaContext::all_reduce: this context was not passed by "
-                       "MultiWorkerMirroredStrategy::run()");
+    throw InvalidUsage(
+        "ReplicaContext::all_reduce: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
   }
   strategy_->replica_all_reduce(*this, op, tensors);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables) const {
   if (strategy_ == nullptr) {
-    throw InvalidUsage("ReplicaContext::broadcast_variables: this context was not passed by "
-                       "MultiWorkerMirroredStrategy::run()");
+    throw InvalidUsage(
+        "ReplicaContext::broadcast_variables: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
   }
   strategy_->replica_broadcast(*this, variables);
 }
@@ -344,19 +349,20 @@ void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options
                          ReduceOp op) {
   for_each_bucket(gradients, options.bytes_per_pack,
                   [&](std::size_t first, std::size_t last, std::size_t bytes) {
-    const DataType dtype = gradients[first].dtype;
-    const std::size_t elems = bytes / dtype_size(dtype);
-    const DataType wire = wire_type(options.compression, dtype);
-    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
-      comm.all_reduce(gradients[first].data, elems, dtype, op);
-      return;
-    }
-    const std::size_t wire_bytes = elems * dtype_size(wire);
-    if (pack.size() < wire_bytes) pack.resize(std::max(wire_bytes, options.bytes_per_pack));
-    pack_tensors(gradients, first, last, wire, pack.data());
-    comm.all_reduce(pack.data(), elems, wire, op);
-    unpack_tensors(gradients, first, last, wire, pack.data());
-  });
+                    const DataType dtype = gradients[first].dtype;
+                    const std::size_t elems = bytes / dtype_size(dtype);
+                    const DataType wire = wire_type(options.compression, dtype);
+                    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
+                      comm.all_reduce(gradients[first].data, elems, dtype, op);
+                      return;
+                    }
+                    const std::size_t wire_bytes = elems * dtype_size(wire);
+                    if (pack.size() < wire_bytes)
+                      pack.resize(std::max(wire_bytes, options.bytes_per_pack));
+                    pack_tensors(gradients, first, last, wire, pack.data());
+                    comm.all_reduce(pack.data(), elems, wire, op);
+                    unpack_tensors(gradients, first, last, wire, pack.data());
+                  });
 }
 
 }  // namespace

@@ -125,7 +125,8 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack, Sync sync = S
 // reduced gradient to the same weights); returns replica 0's W followed by b.
 std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
   const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)), b(k, std::vector<float>(kOut));
+  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)),
+      b(k, std::vector<float>(kOut));
   std::vector<std::vector<float>> gw = w, gb = b;
   strategy.run([&](const mwms::ReplicaContext& ctx) {
     const auto r = static_cast<std::size_t>(ctx.local_replica_id);
@@ -149,7 +150,8 @@ std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
           for (int j = 0; j < kIn; ++j) gw[r][j * kOut + k] += residual * feature(step, row, j);
         }
       }
-      ctx.all_reduce(mwms::ReduceOp::kSum, {{gw[r].data(), gw[r].size()}, {gb[r].data(), gb[r].size()}});
+      ctx.all_reduce(mwms::ReduceOp::kSum,
+                     {{gw[r].data(), gw[r].size()}, {gb[r].data(), gb[r].size()}});
       for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] -= 0.5f * gw[r][i];
       for (std::size_t i = 0; i < b[r].size(); ++i) b[r][i] -= 0.5f * gb[r][i];
     });
@@ -182,14 +184,16 @@ void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack) {
     mwms::ReplicaOptions replicas;
     replicas.local_replicas = k;
     mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
-    if (strategy.num_replicas_in_sync() != workers * k) throw std::runtime_error("bad replica count");
+    if (strategy.num_replicas_in_sync() != workers * k)
+      throw std::runtime_error("bad replica count");
     std::ostringstream out;
     out.precision(9);
     out << "weights:";
     for (float x : train_replicas(strategy)) out << " " << x;
     report(out.str());
   });
-  INFO(workers << " worker(s) x " << k << " local replica(s)\n" << mwms::testing::describe(results));
+  INFO(workers << " worker(s) x " << k << " local replica(s)\n"
+               << mwms::testing::describe(results));
   for (const auto& r : results) {
     REQUIRE(r.exit_code == 0);
     std::vector<float> got = parse_floats(r.output);
@@ -218,15 +222,16 @@ TEST_CASE("workers with different local replica counts fail at construction, nam
   mwms::testing::LaunchOptions launch;
   launch.world_size = 2;
   launch.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    mwms::ReplicaOptions replicas;
-    replicas.local_replicas = rank + 1;
-    try {
-      mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), {}, replicas);
-    } catch (const mwms::InvalidArgument& e) {
-      report(e.what());
-    }
-  });
+  auto results =
+      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+        mwms::ReplicaOptions replicas;
+        replicas.local_replicas = rank + 1;
+        try {
+          mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), {}, replicas);
+        } catch (const mwms::InvalidArgument& e) {
+          report(e.what());
+        }
+      });
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == 2);
   CHECK_THAT(results[0].output, Catch::Matchers::Contains("worker 0 has 1, worker 1 has 2"));
@@ -241,33 +246,36 @@ TEST_CASE("a local replica that throws on one worker fails every replica of ever
   mwms::testing::LaunchOptions launch;
   launch.world_size = 2;
   launch.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    mwms::CommunicationOptions options;
-    options.timeout_seconds = 30;
-    mwms::ReplicaOptions replicas;
-    replicas.local_replicas = 2;
-    mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
-    std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
-    std::mutex mu;
-    try {
-      strategy.run([&](const mwms::ReplicaContext& ctx) {
-        if (rank == 1 && ctx.local_replica_id == 1) throw std::runtime_error("worker 1 replica 1 broke");
+  auto results =
+      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+        mwms::CommunicationOptions options;
+        options.timeout_seconds = 30;
+        mwms::ReplicaOptions replicas;
+        replicas.local_replicas = 2;
+        mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+        std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
+        std::mutex mu;
         try {
-          auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-          ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
-        } catch (const mwms::ReplicaError& e) {
-          std::lock_guard<std::mutex> lock(mu);
-          report("replica " + std::to_string(ctx.local_replica_id) + " got ReplicaError: " + e.what() + "\n");
-          throw;
+          strategy.run([&](const mwms::ReplicaContext& ctx) {
+            if (rank == 1 && ctx.local_replica_id == 1)
+              throw std::runtime_error("worker 1 replica 1 broke");
+            try {
+              auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+              ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
+            } catch (const mwms::ReplicaError& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              report("replica " + std::to_string(ctx.local_replica_id) +
+                     " got ReplicaError: " + e.what() + "\n");
+              throw;
+            }
+          });
+          report("run returned\n");
+        } catch (const mwms::PeerError& e) {
+          report(std::string("run threw PeerError: ") + e.what() + "\n");
+        } catch (const std::runtime_error& e) {
+          report(std::string("run threw: ") + e.what() + "\n");
         }
       });
-      report("run returned\n");
-    } catch (const mwms::PeerError& e) {
-      report(std::string("run threw PeerError: ") + e.what() + "\n");
-    } catch (const std::runtime_error& e) {
-      report(std::string("run threw: ") + e.what() + "\n");
-    }
-  });
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == 2);
   using Catch::Matchers::Contains;

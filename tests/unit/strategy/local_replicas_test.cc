@@ -47,7 +47,8 @@ TEST_CASE("local replicas: ids, shards and the local reduce in replica order", "
     CHECK(strategy.num_local_replicas() == k);
     // 1001 floats: slices of unequal size; 2 int32: fewer elements than replicas; one empty.
     std::vector<std::vector<float>> f(static_cast<std::size_t>(k), std::vector<float>(1001));
-    std::vector<std::vector<std::int32_t>> n(static_cast<std::size_t>(k), std::vector<std::int32_t>(2));
+    std::vector<std::vector<std::int32_t>> n(static_cast<std::size_t>(k),
+                                             std::vector<std::int32_t>(2));
     std::vector<std::vector<double>> mean(static_cast<std::size_t>(k), std::vector<double>(5));
     std::vector<ReplicaContext> seen(static_cast<std::size_t>(k));
     std::vector<std::thread::id> threads(static_cast<std::size_t>(k));
@@ -77,14 +78,19 @@ TEST_CASE("local replicas: ids, shards and the local reduce in replica order", "
           float want = value(0, i);
           for (int j = 1; j < k; ++j) {
             const float x = value(j, i);
-            want = op == ReduceOp::kMax ? std::max(want, x) : op == ReduceOp::kProd ? want * x : want + x;
+            want = op == ReduceOp::kMax    ? std::max(want, x)
+                   : op == ReduceOp::kProd ? want * x
+                                           : want + x;
           }
           if (op == ReduceOp::kMean) want /= static_cast<float>(k);
-          if (f[ri][i] != want) FAIL("replica " << r << " element " << i << ": " << f[ri][i] << " != " << want);
+          if (f[ri][i] != want)
+            FAIL("replica " << r << " element " << i << ": " << f[ri][i] << " != " << want);
         }
         std::int32_t want0 = 2, want1 = -3;
         for (int j = 1; j < k; ++j) {
-          want0 = op == ReduceOp::kMax ? std::max(want0, j + 2) : op == ReduceOp::kProd ? want0 * (j + 2) : want0 + j + 2;
+          want0 = op == ReduceOp::kMax    ? std::max(want0, j + 2)
+                  : op == ReduceOp::kProd ? want0 * (j + 2)
+                                          : want0 + j + 2;
           want1 = op == ReduceOp::kMax ? -3 : op == ReduceOp::kProd ? want1 * -3 : want1 - 3;
         }
         if (op == ReduceOp::kMean) {
@@ -104,7 +110,8 @@ TEST_CASE("local replicas: ids, shards and the local reduce in replica order", "
     // Replica shards tile the batch in order; the worker's shard is their union.
     CHECK(shards[0].begin == 0);
     for (int r = 1; r < k; ++r) {
-      CHECK(shards[static_cast<std::size_t>(r)].begin == shards[static_cast<std::size_t>(r - 1)].end);
+      CHECK(shards[static_cast<std::size_t>(r)].begin ==
+            shards[static_cast<std::size_t>(r - 1)].end);
     }
     CHECK(shards[static_cast<std::size_t>(k - 1)].end == 10);
     CHECK(strategy.batch_shard(10).begin == 0);
@@ -223,8 +230,9 @@ TEST_CASE("local replicas: early return, lateness and other shapes are errors na
     CHECK_THROWS_AS(orphan.all_reduce(ReduceOp::kSum, {{g.data(), g.size()}}), mwms::InvalidUsage);
     for (int k : {1, 2}) {
       auto strategy = make(k, 60);
-      CHECK_THROWS_AS(strategy.run([&](const ReplicaContext&) { strategy.run([](const ReplicaContext&) {}); }),
-                      mwms::InvalidUsage);
+      CHECK_THROWS_AS(
+          strategy.run([&](const ReplicaContext&) { strategy.run([](const ReplicaContext&) {}); }),
+          mwms::InvalidUsage);
     }
   }
 }

@@ -19,12 +19,15 @@ using mwms::train::CnnShape;
 // Conv 3x3 valid + ReLU, max-pool 2, dense + ReLU, dense, softmax cross-entropy, summed over the
 // batch: written from the definitions, in double, with the CNN's parameter layout (kernel
 // (filter, tap) column-major, features in (row, column, channel) order).
-double reference_loss(const Cnn& cnn, const std::vector<float>& x, const std::vector<std::uint8_t>& y) {
+double reference_loss(const Cnn& cnn, const std::vector<float>& x,
+                      const std::vector<std::uint8_t>& y) {
   const CnnShape s = cnn.shape();
   const int cs = s.side - 2, ps = cs / 2, feat = cnn.features();
   const auto& p = cnn.params();
   const auto& slots = cnn.slots();
-  const auto at = [&](int slot, std::size_t i) { return static_cast<double>(p[slots[slot].offset + i]); };
+  const auto at = [&](int slot, std::size_t i) {
+    return static_cast<double>(p[slots[slot].offset + i]);
+  };
   double total = 0;
   for (std::size_t b = 0; b < y.size(); ++b) {
     const float* image = x.data() + b * s.side * s.side;
@@ -85,8 +88,8 @@ TEST_CASE("cnn: loss matches a direct reference and the gradient matches finite 
   const std::vector<std::uint8_t> y = {0, 3, 1};
 
   std::vector<std::size_t> order;
-  const double loss = cnn.forward_backward(x.data(), y.data(), batch, 1.0f,
-                                           [&](std::size_t i) { order.push_back(i); }, 1);
+  const double loss = cnn.forward_backward(
+      x.data(), y.data(), batch, 1.0f, [&](std::size_t i) { order.push_back(i); }, 1);
   CHECK(order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5});
   CHECK(loss == Approx(reference_loss(cnn, x, y)).epsilon(1e-5));
   const std::vector<float> grads(cnn.gradients().begin(), cnn.gradients().end());
@@ -115,8 +118,10 @@ TEST_CASE("cnn: loss matches a direct reference and the gradient matches finite 
 
   // grad_scale scales the gradient; a batch of 0 gives zeros.
   cnn.forward_backward(x.data(), y.data(), batch, 0.5f, {}, 1);
-  for (std::size_t i = 0; i < grads.size(); ++i) CHECK(cnn.gradients()[i] == Approx(0.5f * grads[i]));
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    CHECK(cnn.gradients()[i] == Approx(0.5f * grads[i]));
   cnn.forward_backward(x.data(), y.data(), 0, 1.0f, {}, 1);
-  CHECK(std::all_of(cnn.gradients().begin(), cnn.gradients().end(), [](float g) { return g == 0; }));
+  CHECK(
+      std::all_of(cnn.gradients().begin(), cnn.gradients().end(), [](float g) { return g == 0; }));
   CHECK_THROWS_AS(cnn.backprop_order(2), std::invalid_argument);
 }
