@@ -216,7 +216,13 @@ void LocalReplicas::check_shapes_locked(const char* op) {
 
 void LocalReplicas::gather(int local_id, const std::vector<TensorRef>* tensors, const char* op) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (tensors != nullptr) tensors_[static_cast<std::size_t>(local_id)] = tensors;
+  if (tensors != nullptr) {
+    tensors_[static_cast<std::size_t>(local_id)] = tensors;
+    // Phase 4 reads replica 0's list from this copy (capacity reused: no allocation once grown),
+    // which outlives the call: replica 0 may unwind its own list on a failure while another
+    // replica still copies.
+    if (local_id == 0) leader_tensors_.assign(tensors->begin(), tensors->end());
+  }
   if (failure_) throw_replica_error_locked(local_id, op);
   for (int j = 0; j < k_; ++j) {
     if (!returned_[static_cast<std::size_t>(j)]) continue;
@@ -307,7 +313,7 @@ void LocalReplicas::collective(int local_id, const std::vector<TensorRef>& tenso
   barrier(local_id, op);
   if (local_id != 0) {
     // Phase 1 checked the shapes; replica 0's tensors hold the result until the last barrier.
-    const std::vector<TensorRef>& result = *tensors_[0];
+    const std::vector<TensorRef>& result = leader_tensors_;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       if (tensors[t].count > 0 && tensors[t].data != result[t].data) {
         std::memcpy(tensors[t].data, result[t].data,

@@ -98,6 +98,7 @@ class LocalReplicas {
   std::uint64_t collectives_ = 0;  // completed gathers in this run(), for messages
   bool leader_busy_ = false;       // replica 0 is in across(): waiters re-arm their deadline
   std::vector<const std::vector<TensorRef>*> tensors_;  // per replica, during a collective
+  std::vector<TensorRef> leader_tensors_;  // replica 0's list of the current collective
 
   // Failure of the current run().
   std::exception_ptr failure_;
