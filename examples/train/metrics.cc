@@ -48,7 +48,9 @@ void write_metrics(const std::string& path, const RunSummary& s) {
                       {"final_train_loss", s.final_train_loss},
                       {"source", s.source},
                       {"task", s.task},
-                      {"model", "mlp"}};
+                      {"model", s.model},
+                      {"local_replicas", s.local_replicas},
+                      {"device", s.device}};
   j["per_epoch"] = nlohmann::json::array();
   for (const auto& e : s.per_epoch) j["per_epoch"].push_back(to_json(e));
 

@@ -25,6 +25,9 @@ struct RunSummary {
   int epochs = 0;                 ///< epochs completed (including ones restored from a checkpoint)
   int num_replicas_in_sync = 1;
   int world_size = 1;
+  int local_replicas = 1;         ///< per worker (num_replicas_in_sync = world_size x this)
+  std::string model = "mlp";      ///< --model
+  std::string device = "cpu";     ///< where the replicas ran
   std::string source;             ///< where the cluster came from: tf_config, mpi, flags, default
   std::string task;               ///< the leader's task name
   int global_batch_size = 0;

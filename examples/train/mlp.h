@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "aligned_buffer.h"
+#include "model.h"
 
 namespace mwms::train {
 
@@ -25,31 +26,24 @@ struct MlpShape {
   int classes = 10;
 };
 
-/// Where one named tensor sits inside the flat parameter (and gradient) vector.
-struct TensorSlot {
-  std::string name;
-  std::size_t offset = 0;
-  std::size_t count = 0;
-};
-
-class Mlp {
+class Mlp : public Model {
  public:
   explicit Mlp(MlpShape shape = {});
 
   const MlpShape& shape() const noexcept { return shape_; }
   /// W1 (hidden x inputs), b1, W2 (classes x hidden), b2, in this order, back to back.
-  const std::vector<TensorSlot>& slots() const noexcept { return slots_; }
-  FloatBuffer& params() noexcept { return params_; }
-  const FloatBuffer& params() const noexcept { return params_; }
-  FloatBuffer& gradients() noexcept { return grads_; }
+  const std::vector<TensorSlot>& slots() const noexcept override { return slots_; }
+  FloatBuffer& params() noexcept override { return params_; }
+  const FloatBuffer& params() const noexcept override { return params_; }
+  FloatBuffer& gradients() noexcept override { return grads_; }
 
   /// Glorot-uniform weights (TF Dense's default), zero biases, from a generator seeded with
   /// `seed` only: identical on every worker and on every platform.
-  void init(std::uint64_t seed);
+  void init(std::uint64_t seed) override;
 
   /// Grows the activation buffers to hold `batch` examples; steps with at most this many examples
   /// then allocate nothing.
-  void reserve(int batch);
+  void reserve(int batch) override;
 
   /// Forward and backward pass on `batch` examples. `x` holds the examples one after another
   /// (inputs floats each), i.e. an inputs x batch column-major matrix. Overwrites gradients() with
@@ -59,16 +53,17 @@ class Mlp {
   /// With `ready` set, calls ready(i) as soon as tensor i of backprop_order(w1_blocks) is final
   /// (Note [backprop order]), so a caller can start its all-reduce while the rest is computed.
   double forward_backward(const float* x, const std::uint8_t* labels, int batch, float grad_scale,
-                          const std::function<void(std::size_t)>& ready = {}, int w1_blocks = 1);
+                          const std::function<void(std::size_t)>& ready = {},
+                          int w1_blocks = 1) override;
 
   /// The gradient as tensors in the order forward_backward() makes them final: dense_2/kernel,
   /// dense_2/bias, dense_1/kernel in `w1_blocks` blocks of whole input columns (contiguous,
   /// column-major), dense_1/bias. Offsets into gradients(). @throws std::invalid_argument when
   /// w1_blocks is not in [1, inputs].
-  std::vector<TensorSlot> backprop_order(int w1_blocks) const;
+  std::vector<TensorSlot> backprop_order(int w1_blocks) const override;
 
   /// Number of the `batch` examples whose arg-max prediction equals the label.
-  std::size_t count_correct(const float* x, const std::uint8_t* labels, int batch);
+  std::size_t count_correct(const float* x, const std::uint8_t* labels, int batch) override;
 
  private:
   void forward(const float* x, int batch);

@@ -1,6 +1,7 @@
-// train: data-parallel training of an MLP on Fashion-MNIST through libmwms's
-// MultiWorkerMirroredStrategy. Runs as one process, under mpirun, with TF_CONFIG, or with TF1-style
-// --job_name/--task_index/--cluster_spec flags. See examples/README.md.
+// train: data-parallel training of an MLP or the tutorial CNN on Fashion-MNIST through libmwms's
+// MultiWorkerMirroredStrategy, with K local replicas (threads) per worker. Runs as one process,
+// under mpirun, with TF_CONFIG, or with TF1-style --job_name/--task_index/--cluster_spec flags.
+// See examples/README.md.
 
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "mwms/config.h"
 #include "mwms/mwms.h"
 
 #include "checkpoint.h"
@@ -38,11 +40,13 @@ struct Flags {
   std::size_t bytes_per_pack = 0;
   double timeout_seconds = 0;
   std::string compression = "none";
+  int local_replicas = 1;
+  std::string device = "auto";
 };
 
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
 int parse_flags(int argc, char** argv, Flags& f) {
-  CLI::App app{"Data-parallel MLP training on Fashion-MNIST with libmwms "
+  CLI::App app{"Data-parallel MLP or CNN training on Fashion-MNIST with libmwms "
                "(MultiWorkerMirroredStrategy)"};
   // Every option shows its default in --help (capture_default_str); those whose default is
   // "unset" say so in their description instead, as CLI11 prints no empty default.
@@ -91,6 +95,21 @@ int parse_flags(int argc, char** argv, Flags& f) {
                  "Gradients on the wire: none, fp16 or bf16 (Horovod's Compression.fp16)")
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
+  app.add_option("--model", f.train.model,
+                 "mlp (784-256-10) or cnn (TF's MWMS tutorial: conv 32 3x3, max-pool 2, dense 64, "
+                 "dense 10)")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
+  app.add_option("--local_replicas", f.local_replicas,
+                 "Local replicas per worker (one thread each; num_replicas_in_sync = workers x "
+                 "this); every worker must use the same")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--device", f.device,
+                 "Where the replicas run: cpu, gpu, or auto (gpu when this build has a GPU model "
+                 "and a GPU is present, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
+      ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
                  "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)")
       ->capture_default_str();
@@ -112,6 +131,30 @@ int parse_flags(int argc, char** argv, Flags& f) {
               << std::endl;
     return 1;
   }
+  if (f.train.overlap_blocks > 0 && f.local_replicas > 1) {
+    std::cerr << "train: error: --overlap_blocks needs --local_replicas 1 (the overlapped "
+                 "gradient sync is per worker)" << std::endl;
+    return 1;
+  }
+  if (f.train.overlap_blocks > 1 && f.train.model == "cnn") {
+    std::cerr << "train: error: --overlap_blocks above 1 splits the MLP's dense_1; with --model "
+                 "cnn use 0 or 1" << std::endl;
+    return 1;
+  }
+  if (f.device == "gpu") {
+    // The GPU model (cuDNN/cuBLAS) is not part of train yet; say why rather than run on the CPU.
+    std::cerr << "train: error: --device gpu: "
+              << (MWMS_HAVE_CUDA ? "train has no GPU model in this build yet (only the CPU "
+                                   "reference); use --device cpu"
+                                 : "this libmwms was built without CUDA (MWMS_HAVE_CUDA 0; "
+                                   "configure with -DMWMS_WITH_CUDA=ON where the CUDA toolkit "
+                                   "is installed); use --device cpu")
+              << std::endl;
+    return 1;
+  }
+  if (f.device == "auto") f.device = "cpu";  // no GPU model yet: auto is the CPU
+  // The CNN's activations are ~60x the MLP's per image: evaluate in smaller chunks.
+  if (f.train.model == "cnn") f.train.eval_chunk = 200;
   if (f.train.resume && f.train.checkpoint_dir.empty()) {
     std::cerr << "train: error: --resume needs --checkpoint_dir" << std::endl;
     return 1;
@@ -161,7 +204,9 @@ std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(
   options.compression = f.compression == "fp16"   ? mwms::Compression::kFloat16
                         : f.compression == "bf16" ? mwms::Compression::kBFloat16
                                                   : mwms::Compression::kNone;
-  return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options);
+  mwms::ReplicaOptions replicas;
+  replicas.local_replicas = f.local_replicas;
+  return std::make_unique<mwms::MultiWorkerMirroredStrategy>(cluster, options, replicas);
 }
 
 // A one-line progress bar on a terminal (step, this worker's loss, images/s), redrawn at most
@@ -211,9 +256,12 @@ int run(const Flags& flags) {
   mwms::train::Trainer trainer(f.train, *strategy, train_set, test_set);
   const bool leader = strategy->is_chief();
   if (leader) {
-    std::printf("train: %s, %d replica(s) in sync, global batch %d, %d step(s)/epoch, lr %g\n",
-                strategy->cluster().task_name().c_str(), strategy->num_replicas_in_sync(),
-                f.train.global_batch_size, trainer.steps_per_epoch(), f.train.learning_rate);
+    std::printf("train: %s, model %s on %s, %d replica(s) in sync (%d worker(s) x %d local), "
+                "global batch %d, %d step(s)/epoch, lr %g\n",
+                strategy->cluster().task_name().c_str(), f.train.model.c_str(), f.device.c_str(),
+                strategy->num_replicas_in_sync(), strategy->num_workers(),
+                strategy->num_local_replicas(), f.train.global_batch_size,
+                trainer.steps_per_epoch(), f.train.learning_rate);
     std::fflush(stdout);
   }
   const int first_epoch = trainer.prepare();
@@ -221,6 +269,9 @@ int run(const Flags& flags) {
   RunSummary summary;
   summary.num_replicas_in_sync = strategy->num_replicas_in_sync();
   summary.world_size = strategy->num_workers();
+  summary.local_replicas = strategy->num_local_replicas();
+  summary.model = f.train.model;
+  summary.device = f.device;
   summary.source = mwms::source_name(strategy->cluster().source);
   summary.task = strategy->cluster().task_name();
   summary.global_batch_size = f.train.global_batch_size;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
 
 #include "checkpoint.h"
+#include "cnn.h"
 #include "input.h"
 
 namespace mwms::train {
@@ -25,14 +27,22 @@ constexpr double kRestoreFailed = 2;
 
 }  // namespace
 
+std::unique_ptr<Model> make_model(const std::string& name, std::size_t image_size) {
+  if (name == "mlp") return std::make_unique<Mlp>(MlpShape{static_cast<int>(image_size), 256, 10});
+  if (name == "cnn") {
+    const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(image_size))));
+    if (static_cast<std::size_t>(side) * side != image_size) {
+      throw std::runtime_error("--model cnn needs square images; these have " +
+                               std::to_string(image_size) + " pixels");
+    }
+    return std::make_unique<Cnn>(CnnShape{side, 32, 64, 10});
+  }
+  throw std::runtime_error("unknown --model " + name + " (mlp or cnn)");
+}
+
 Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strategy,
                  const Dataset& train, const Dataset& test)
-    : config_(config),
-      strategy_(strategy),
-      train_(train),
-      test_(test),
-      model_(MlpShape{static_cast<int>(train.images.image_size()), 256, 10}),
-      optimizer_(model_.params().size(), static_cast<float>(config.learning_rate), config.momentum) {
+    : config_(config), strategy_(strategy), train_(train), test_(test) {
   if (config.global_batch_size < 1 ||
       static_cast<std::size_t>(config.global_batch_size) > train.size()) {
     throw std::runtime_error("--batch_size must be between 1 and the training set size (" +
@@ -42,31 +52,56 @@ Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strateg
   if (test.images.image_size() != train.images.image_size()) {
     throw std::runtime_error("training and test images differ in size");
   }
-  shard_ = strategy_.batch_shard(static_cast<std::size_t>(config.global_batch_size));
-  const std::size_t features = train.images.image_size();
-  // Everything a step touches is allocated here, once: a step allocates nothing.
-  batch_x_.resize(std::max<std::size_t>(shard_.size(), config.eval_chunk) * features);
-  batch_y_.resize(std::max<std::size_t>(shard_.size(), config.eval_chunk));
-  model_.reserve(static_cast<int>(std::max<std::size_t>(shard_.size(), config.eval_chunk)));
+  if (config.overlap_blocks > 0 && strategy.num_local_replicas() > 1) {
+    throw std::runtime_error(
+        "--overlap_blocks needs --local_replicas 1 (the overlapped gradient "
+        "sync is per worker)");
+  }
+  replicas_.reserve(static_cast<std::size_t>(strategy.num_local_replicas()));
+  for (int r = 0; r < strategy.num_local_replicas(); ++r) add_replica();
   order_.reserve(train.size());
+}
+
+void Trainer::add_replica() {
+  Replica rep;
+  rep.model = make_model(config_.model, train_.images.image_size());
+  Model& model = *rep.model;
+  rep.optimizer = std::make_unique<SgdMomentum>(
+      model.params().size(), static_cast<float>(config_.learning_rate), config_.momentum);
+  // Replica r of worker w is replica w * K + r in sync (ReplicaContext::batch_shard).
+  const std::size_t in_sync = static_cast<std::size_t>(strategy_.num_replicas_in_sync());
+  const std::size_t id = static_cast<std::size_t>(strategy_.worker_index()) *
+                             static_cast<std::size_t>(strategy_.num_local_replicas()) +
+                         replicas_.size();
+  ReplicaContext ctx;
+  ctx.replica_id_in_sync_group = static_cast<int>(id);
+  ctx.num_replicas_in_sync = static_cast<int>(in_sync);
+  rep.shard = ctx.batch_shard(static_cast<std::size_t>(config_.global_batch_size));
+  const std::size_t features = train_.images.image_size();
+  const std::size_t rows = std::max<std::size_t>(rep.shard.size(), config_.eval_chunk);
+  // Everything a step touches is allocated here, once: a step allocates nothing.
+  rep.batch_x.resize(rows * features);
+  rep.batch_y.resize(rows);
+  model.reserve(static_cast<int>(rows));
   // Note [flat parameters]: the tensors are adjacent, so a bucket that would hold all of them is
   // the gradient vector itself. Handing it over as one tensor lets the strategy reduce it in
   // place instead of copying everything into a pack buffer and back on every step; only a
   // bytes_per_pack smaller than the whole gradient needs the per-layer tensors.
-  float* grads = model_.gradients().data();
+  float* grads = model.gradients().data();
   const std::size_t pack = strategy_.options().bytes_per_pack;
-  if (config.overlap_blocks > 0) {
-    for (const TensorSlot& slot : model_.backprop_order(config.overlap_blocks)) {
-      sync_tensors_.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});
+  if (config_.overlap_blocks > 0) {
+    for (const TensorSlot& slot : model.backprop_order(config_.overlap_blocks)) {
+      rep.sync_tensors.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});
     }
   }
-  if (pack == 0 || pack >= model_.gradients().size() * sizeof(float)) {
-    grad_tensors_.push_back(TensorRef{grads, model_.gradients().size(), DataType::kFloat32});
+  if (pack == 0 || pack >= model.gradients().size() * sizeof(float)) {
+    rep.grad_tensors.push_back(TensorRef{grads, model.gradients().size(), DataType::kFloat32});
   } else {
-    for (const TensorSlot& slot : model_.slots()) {
-      grad_tensors_.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});
+    for (const TensorSlot& slot : model.slots()) {
+      rep.grad_tensors.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});
     }
   }
+  replicas_.push_back(std::move(rep));
 }
 
 int Trainer::steps_per_epoch() const {
@@ -76,7 +111,8 @@ int Trainer::steps_per_epoch() const {
 }
 
 int Trainer::restore_on_leader() {
-  const auto loaded = load_checkpoint(config_.checkpoint_dir, model_.params().size());
+  Model& model = *replicas_[0].model;
+  const auto loaded = load_checkpoint(config_.checkpoint_dir, model.params().size());
   if (!loaded) {
     std::cout << "train: no checkpoint in " << config_.checkpoint_dir
               << ", starting from scratch" << std::endl;
@@ -91,8 +127,8 @@ int Trainer::restore_on_leader() {
                                   "was written with --seed " + std::to_string(ckpt.seed) +
                                       ", this run has --seed " + std::to_string(config_.seed));
   }
-  model_.params().assign(ckpt.params.begin(), ckpt.params.end());
-  optimizer_.velocity().assign(ckpt.velocity.begin(), ckpt.velocity.end());
+  model.params().assign(ckpt.params.begin(), ckpt.params.end());
+  replicas_[0].optimizer->velocity().assign(ckpt.velocity.begin(), ckpt.velocity.end());
   std::cout << "train: resumed from " << loaded->path
             << (loaded->warning.empty() ? "" : " (the previous checkpoint)") << " after "
             << ckpt.epochs_completed << " epoch(s)" << std::endl;
@@ -101,8 +137,10 @@ int Trainer::restore_on_leader() {
 }
 
 int Trainer::prepare() {
-  model_.init(config_.seed);
-  std::fill(optimizer_.velocity().begin(), optimizer_.velocity().end(), 0.0f);
+  for (Replica& rep : replicas_) {
+    rep.model->init(config_.seed);
+    std::fill(rep.optimizer->velocity().begin(), rep.optimizer->velocity().end(), 0.0f);
+  }
   double start_epoch = 0;
   if (config_.resume) {
     // Only the leader reads the checkpoint (workers need not share its file system); its outcome
@@ -131,11 +169,15 @@ int Trainer::prepare() {
     start_epoch = strategy_.reduce(ReduceOp::kMax, start_epoch);
   }
   // Same seed gives the same weights everywhere already; the broadcast makes it certain and is
-  // what carries a restored checkpoint (parameters and momentum) to the other workers.
-  strategy_.broadcast_variables(
-      {TensorRef{model_.params().data(), model_.params().size(), DataType::kFloat32},
-       TensorRef{optimizer_.velocity().data(), optimizer_.velocity().size(),
-                 DataType::kFloat32}});
+  // what carries a restored checkpoint (parameters and momentum) to the other workers and to
+  // every local replica's copy.
+  strategy_.run([this](const ReplicaContext& ctx) {
+    Replica& rep = replicas_[static_cast<std::size_t>(ctx.local_replica_id)];
+    FloatBuffer& params = rep.model->params();
+    FloatBuffer& velocity = rep.optimizer->velocity();
+    ctx.broadcast_variables({TensorRef{params.data(), params.size(), DataType::kFloat32},
+                             TensorRef{velocity.data(), velocity.size(), DataType::kFloat32}});
+  });
   return static_cast<int>(start_epoch);
 }
 
@@ -143,34 +185,51 @@ EpochStats Trainer::train_epoch(int epoch) {
   epoch_order(config_.seed, epoch, train_.size(), order_);
   const int steps = steps_per_epoch();
   const std::size_t global_batch = static_cast<std::size_t>(config_.global_batch_size);
-  const int local = static_cast<int>(shard_.size());
   const float scale = 1.0f / static_cast<float>(global_batch);  // Note [equivalence]
-  double loss_sum = 0;
+  std::size_t local_rows = 0;
+  for (Replica& rep : replicas_) {
+    rep.loss_sum = 0;
+    local_rows += rep.shard.size();
+  }
   const double allreduce_before = strategy_.allreduce_seconds();
   const double exposed_before = strategy_.exposed_allreduce_seconds();
   const double start = now_seconds();
   const std::function<void(std::size_t)> ready = [this](std::size_t i) {
     strategy_.gradient_ready(i);
   };
-  for (int step = 0; step < steps; ++step) {
-    const std::uint32_t* rows = order_.data() + step * global_batch + shard_.begin;
-    gather_batch(train_, rows, shard_.size(), batch_x_.data(), batch_y_.data());
+  int step = 0;
+  // One replica's step (Note [replica models]); K = 1 runs it on this thread.
+  const auto replica_step = [&](const ReplicaContext& ctx) {
+    Replica& rep = replicas_[static_cast<std::size_t>(ctx.local_replica_id)];
+    const int rows = static_cast<int>(rep.shard.size());
+    const std::uint32_t* indices = order_.data() + step * global_batch + rep.shard.begin;
+    gather_batch(train_, indices, rep.shard.size(), rep.batch_x.data(), rep.batch_y.data());
     if (config_.overlap_blocks > 0) {
-      // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]).
-      strategy_.begin_gradient_sync(sync_tensors_, ReduceOp::kSum);
-      loss_sum += model_.forward_backward(batch_x_.data(), batch_y_.data(), local, scale, ready,
-                                          config_.overlap_blocks);
+      // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]); only
+      // with one local replica (checked in the constructor).
+      strategy_.begin_gradient_sync(rep.sync_tensors, ReduceOp::kSum);
+      rep.loss_sum += rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows,
+                                                  scale, ready, config_.overlap_blocks);
       strategy_.finish_gradient_sync();
     } else {
-      loss_sum += model_.forward_backward(batch_x_.data(), batch_y_.data(), local, scale);
-      strategy_.all_reduce_gradients(grad_tensors_, ReduceOp::kSum);
+      rep.loss_sum +=
+          rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale, {}, 1);
+      ctx.all_reduce(ReduceOp::kSum, rep.grad_tensors);
     }
-    optimizer_.step(model_.params(), model_.gradients());
+    rep.optimizer->step(rep.model->params(), rep.model->gradients());
+  };
+  for (; step < steps; ++step) {
+    strategy_.run(replica_step);
     if (progress_) {
-      progress_(step + 1, steps, loss_sum / (static_cast<double>(step + 1) * std::max(local, 1)),
+      double loss_sum = 0;
+      for (const Replica& rep : replicas_) loss_sum += rep.loss_sum;
+      progress_(step + 1, steps,
+                loss_sum / (static_cast<double>(step + 1) * std::max<std::size_t>(local_rows, 1)),
                 now_seconds() - start);
     }
   }
+  double loss_sum = 0;
+  for (const Replica& rep : replicas_) loss_sum += rep.loss_sum;
   EpochStats stats;
   stats.epoch = epoch + 1;
   stats.steps = steps;
@@ -186,14 +245,21 @@ EpochStats Trainer::train_epoch(int epoch) {
 }
 
 double Trainer::evaluate() {
-  const Shard shard = strategy_.batch_shard(test_.size());
   const std::size_t chunk = static_cast<std::size_t>(config_.eval_chunk);
+  // Every replica holds the same weights: each evaluates its part of the test set.
+  strategy_.run([&](const ReplicaContext& ctx) {
+    Replica& rep = replicas_[static_cast<std::size_t>(ctx.local_replica_id)];
+    const Shard shard = ctx.batch_shard(test_.size());
+    rep.correct = 0;
+    for (std::size_t begin = shard.begin; begin < shard.end; begin += chunk) {
+      const std::size_t count = std::min(chunk, shard.end - begin);
+      gather_range(test_, begin, count, rep.batch_x.data(), rep.batch_y.data());
+      rep.correct +=
+          rep.model->count_correct(rep.batch_x.data(), rep.batch_y.data(), static_cast<int>(count));
+    }
+  });
   std::size_t correct = 0;
-  for (std::size_t begin = shard.begin; begin < shard.end; begin += chunk) {
-    const std::size_t count = std::min(chunk, shard.end - begin);
-    gather_range(test_, begin, count, batch_x_.data(), batch_y_.data());
-    correct += model_.count_correct(batch_x_.data(), batch_y_.data(), static_cast<int>(count));
-  }
+  for (const Replica& rep : replicas_) correct += rep.correct;
   const double total = strategy_.reduce(ReduceOp::kSum, static_cast<double>(correct));
   return total / static_cast<double>(test_.size());
 }
@@ -204,8 +270,9 @@ void Trainer::save(int epochs_completed) {
   ckpt.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch());
   ckpt.seed = config_.seed;
   ckpt.global_batch_size = static_cast<std::uint64_t>(config_.global_batch_size);
-  ckpt.params.assign(model_.params().begin(), model_.params().end());
-  ckpt.velocity.assign(optimizer_.velocity().begin(), optimizer_.velocity().end());
+  const Replica& rep = replicas_[0];
+  ckpt.params.assign(rep.model->params().begin(), rep.model->params().end());
+  ckpt.velocity.assign(rep.optimizer->velocity().begin(), rep.optimizer->velocity().end());
   const std::string warning = save_checkpoint(config_.checkpoint_dir, ckpt);
   if (!warning.empty()) std::cerr << "train: warning: " << warning << std::endl;
 }

@@ -8,10 +8,19 @@
 /// compute_average_loss). all_reduce_gradients(kSum) then yields exactly the gradient of the mean
 /// loss over the global batch, and every worker applies the same SGD-momentum update to the same
 /// weights, so N workers follow one worker's trajectory (up to float summation order).
+///
+/// Note [replica models]: with K local replicas (strategy.num_local_replicas()), every step is one
+/// strategy.run(): each replica gathers its own rows (ReplicaContext::batch_shard) into its own
+/// buffers, runs forward/backward on its OWN model copy, all-reduces its own gradient with
+/// ReplicaContext::all_reduce (a sum over workers x K), and applies the same update with its own
+/// optimizer, so the K copies stay identical, as TF's MirroredStrategy keeps one variable copy per
+/// device. K = 1 is the same code on the calling thread, reducing in place. The shuffle (order_)
+/// is shared and only read inside run().
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +29,7 @@
 #include "idx_reader.h"
 #include "metrics.h"
 #include "mlp.h"
+#include "model.h"
 
 namespace mwms::train {
 
@@ -37,7 +47,12 @@ struct TrainConfig {
   /// dense_1's kernel gradient in this many blocks (0: blocking all_reduce_gradients after
   /// backprop).
   int overlap_blocks = 0;
+  std::string model = "mlp";      ///< "mlp" (mlp.h) or "cnn" (cnn.h)
 };
+
+/// The model named by `name` ("mlp" or "cnn") for images of `image_size` pixels and 10 classes.
+/// @throws std::runtime_error for another name, or a CNN on images that are not square.
+std::unique_ptr<Model> make_model(const std::string& name, std::size_t image_size);
 
 class Trainer {
  public:
@@ -73,21 +88,29 @@ class Trainer {
   int steps_per_epoch() const;
 
  private:
+  /// One local replica's model copy, optimizer and buffers (Note [replica models]).
+  struct Replica {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<SgdMomentum> optimizer;
+    Shard shard;                          // this replica's rows of every global batch
+    std::vector<TensorRef> grad_tensors;  // the flat gradient, whole or per layer
+    std::vector<TensorRef> sync_tensors;  // overlap: the gradient in backprop order
+    FloatBuffer batch_x;                  // its rows, gathered and scaled
+    std::vector<std::uint8_t> batch_y;
+    double loss_sum = 0;                  // this epoch's summed loss
+    std::size_t correct = 0;              // evaluation
+  };
+
   int restore_on_leader();
+  void add_replica();
 
   TrainConfig config_;
   MultiWorkerMirroredStrategy& strategy_;
   const Dataset& train_;
   const Dataset& test_;
-  Mlp model_;
-  SgdMomentum optimizer_;
-  Shard shard_;                         // this worker's rows of every global batch
-  std::vector<TensorRef> grad_tensors_; // the flat gradient, whole or per layer
-  std::vector<TensorRef> sync_tensors_; // overlap: the gradient in backprop order
+  std::vector<Replica> replicas_;       // one per local replica; [0] is saved and restored
   Progress progress_;
   std::vector<std::uint32_t> order_;    // the epoch's global shuffle
-  FloatBuffer batch_x_;          // shard rows, gathered and scaled
-  std::vector<std::uint8_t> batch_y_;
 };
 
 }  // namespace mwms::train

@@ -71,6 +71,12 @@ class MWMS_API PeerError : public Error { using Error::Error; };
 /// This is a bug in the calling program; the communicator is poisoned.
 class MWMS_API CollectiveMismatchError : public Error { using Error::Error; };
 
+/// Another local replica of this worker failed (its function threw, or its collective failed)
+/// while this one waited for it in a ReplicaContext collective; the message names that replica
+/// and its error. MultiWorkerMirroredStrategy::run() rethrows the failed replica's own exception,
+/// not this one. The strategy stays usable if its communicator is (the next run() starts afresh).
+class MWMS_API ReplicaError : public Error { using Error::Error; };
+
 /// An operating-system, MPI, CUDA or NCCL call failed; native_code() is the foreign code (errno,
 /// an MPI error code, ...). After one inside a collective the communicator is poisoned
 /// (docs/errors.md says what to do).

@@ -5,14 +5,25 @@
 /// gradients are packed into buckets of `bytes_per_pack` and all-reduced after each step, so every
 /// worker applies the same update.
 ///
-/// On the CPU each worker has one local replica, so num_replicas_in_sync() == number of workers.
+/// Local replicas (TF's MirroredStrategy inside each worker): a worker may drive K local replicas
+/// (ReplicaOptions::local_replicas), one thread each on the CPU, so num_replicas_in_sync() ==
+/// workers x K. run(fn) calls fn on every local replica at once with its ReplicaContext; replica
+/// r of worker w has replica_id_in_sync_group w * K + r and its own rows of the global batch
+/// (ReplicaContext::batch_shard). Each replica holds its OWN copy of the variables and its own
+/// gradients, as TF keeps one copy per device: ReplicaContext::broadcast_variables makes every
+/// copy the chief's replica 0 value, and ReplicaContext::all_reduce, called by every local
+/// replica with its own tensors, reduces across all workers x K replicas (locally through the
+/// reduction kernels into replica 0's tensors, once across workers, then copied back), so every
+/// replica applies the same update to its copy. K = 1 (the default) runs fn on the calling thread
+/// and reduces in place: no thread and no copy.
 ///
 /// Equivalence contract (TF's): with per-replica gradients computed as sum(loss_i) /
 /// global_batch_size over the replica's shard (tf.nn.compute_average_loss) and
-/// all_reduce_gradients(gradients), which SUMS them as TF's MultiWorkerMirroredStrategy does,
-/// N workers end with the same weights as one worker on the same global batch, up to float
-/// rounding. ReduceOp::kMean is only for gradients of a per-shard mean loss (divided by the shard
-/// size, not the global batch); combined with compute_average_loss it would divide by N twice.
+/// all_reduce_gradients(gradients) (or ReplicaContext::all_reduce(kSum, ...)), which SUMS them as
+/// TF's MultiWorkerMirroredStrategy does, N workers x K local replicas end with the same weights
+/// as one replica on the same global batch, up to float rounding. ReduceOp::kMean is only for
+/// gradients of a per-shard mean loss (divided by the shard size, not the global batch); combined
+/// with compute_average_loss it would divide by num_replicas_in_sync twice.
 #pragma once
 
 #include <cstddef>
@@ -35,12 +46,6 @@ struct MWMS_API TensorRef {
   DataType dtype = DataType::kFloat32;  ///< element type (dtype_size() bytes each)
 };
 
-/// What a replica function sees (tf.distribute.ReplicaContext).
-struct MWMS_API ReplicaContext {
-  int replica_id_in_sync_group = 0;  ///< global replica id, in [0, num_replicas_in_sync)
-  int num_replicas_in_sync = 1;      ///< replicas across all workers (the strategy's)
-};
-
 /// Half-open range [begin, end) of rows of a global batch (or of a dataset) owned by this worker.
 struct MWMS_API Shard {
   std::size_t begin = 0;  ///< first row owned (inclusive)
@@ -49,11 +54,78 @@ struct MWMS_API Shard {
   std::size_t size() const noexcept { return end - begin; }
 };
 
+class MultiWorkerMirroredStrategy;
+
+/// How many local replicas each worker drives (TF: the worker's local devices). Every worker must
+/// use the same value (the strategy checks at construction).
+struct MWMS_API ReplicaOptions {
+  /// K, local replicas per worker: K threads on the CPU, each with its own copy of the variables
+  /// and its own gradients. In [1, 64]; 1 (the default) is one replica on the calling thread.
+  int local_replicas = 1;
+};
+
+/// What a replica function sees (tf.distribute.ReplicaContext), passed by
+/// MultiWorkerMirroredStrategy::run() to fn on each local replica. Valid only during that call
+/// and only on the replica's own thread. Its collectives (all_reduce, broadcast_variables) are
+/// collectives across every replica of every worker: each local replica calls them in the same
+/// order with the same shapes, each with its OWN tensors, as every worker calls the strategy's
+/// collectives. Correct / incorrect (K > 1):
+/// @code
+///   strategy.run([&](const mwms::ReplicaContext& ctx) {
+///     compute(grads[ctx.local_replica_id]);
+///     ctx.all_reduce(mwms::ReduceOp::kSum, {{grads[ctx.local_replica_id].data(), n}});  // OK
+///   });
+///   strategy.run([&](const mwms::ReplicaContext& ctx) {
+///     if (ctx.local_replica_id == 0) ctx.all_reduce(mwms::ReduceOp::kSum, {...});  // WRONG: the
+///   });  // other replicas never join; replica 0 fails with InvalidUsage naming them
+/// @endcode
+struct MWMS_API ReplicaContext {
+  int replica_id_in_sync_group = 0;  ///< global replica id: worker_index * K + local_replica_id
+  int num_replicas_in_sync = 1;      ///< replicas across all workers (workers x K)
+  int local_replica_id = 0;          ///< this replica on its worker, in [0, K)
+  int num_local_replicas = 1;        ///< K
+
+  /// Reduces `tensors` in place across all num_replicas_in_sync replicas (ReplicaContext
+  /// .all_reduce): afterwards every replica's tensors hold op over every replica's values (kMean:
+  /// the sum divided by num_replicas_in_sync). With K > 1 the local replicas' values are combined
+  /// in local-replica order into replica 0's tensors (each thread one slice, through the
+  /// reduction kernels), replica 0 all-reduces them across workers as all_reduce_gradients does
+  /// (buckets of bytes_per_pack, compression), and the others copy the result back. Blocks until
+  /// every local replica has arrived and the result is in place, each wait under timeout_seconds.
+  /// Every replica must pass the same count and dtype per tensor, and must not touch another
+  /// replica's tensors meanwhile.
+  /// @throws InvalidArgument (null data, shapes differing between replicas, naming the replica
+  ///   and tensor), InvalidUsage (a context not from run(); a replica returned from fn without
+  ///   making this call), TimeoutError (a local replica did not arrive in time, naming it),
+  ///   ReplicaError (another local replica failed; run() rethrows that replica's own error), and
+  ///   as Communicator::all_reduce.
+  void all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const;
+
+  /// Mirrors variables to every replica: overwrites `variables` (this replica's own copy) with
+  /// the chief's local replica 0 value (broadcast across workers, then copied to each local
+  /// replica). Collective across every replica as all_reduce is; same blocking, deadlines and
+  /// exceptions (as Communicator::broadcast across workers).
+  void broadcast_variables(const std::vector<TensorRef>& variables) const;
+
+  /// This replica's rows of a global batch of `global_batch_size` rows: the
+  /// replica_id_in_sync_group-th of num_replicas_in_sync contiguous parts whose sizes differ by
+  /// at most one (the first global_batch_size % num_replicas_in_sync replicas get one more). Does
+  /// not block.
+  Shard batch_shard(std::size_t global_batch_size) const noexcept;
+
+ private:
+  friend class MultiWorkerMirroredStrategy;
+  MultiWorkerMirroredStrategy* strategy_ = nullptr;  // null: not from run()
+};
+
 /// Synchronous data-parallel training across workers (tf.distribute.MultiWorkerMirroredStrategy;
 /// see the file comment for the equivalence contract). Owns one Communicator over the resolved
 /// cluster. Collective methods (broadcast_variables, all_reduce_gradients, the gradient sync,
 /// reduce, finalize) must be called by every worker in the same order with matching shapes.
-/// Thread safety: one thread at a time per strategy; the const accessors never block.
+/// Thread safety: one thread at a time per strategy (the thread that calls run()); the const
+/// accessors never block. Inside run() with K > 1 local replicas, replica threads use only their
+/// ReplicaContext's collectives; the strategy's own collective methods (which are per worker:
+/// they reduce one tensor list per worker) are for the calling thread outside run().
 class MWMS_API MultiWorkerMirroredStrategy {
  public:
   /// Resolves the cluster from the environment (TF_CONFIG, then mpirun, then a single process) and
@@ -65,6 +137,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// @throws BootstrapError, BackendError, InvalidArgument as Communicator::create does.
   MultiWorkerMirroredStrategy(const ResolvedCluster& cluster,
                               const CommunicationOptions& options = {});
+  /// As above, with `replicas.local_replicas` local replicas per worker (K threads, started here
+  /// and joined by the destructor; none for K = 1). When there are several workers, they check
+  /// that every one has the same K (one all_gather at construction). @throws InvalidArgument
+  /// (K outside [1, 64], or workers with different K, naming them), and as the constructor above.
+  MultiWorkerMirroredStrategy(const ResolvedCluster& cluster, const CommunicationOptions& options,
+                              const ReplicaOptions& replicas);
   /// Destroys the communicator (closing its links without a notice when finalize() was not
   /// called). Never throws.
   ~MultiWorkerMirroredStrategy();
@@ -73,8 +151,10 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// Not copyable: it owns the communicator and its links.
   MultiWorkerMirroredStrategy& operator=(const MultiWorkerMirroredStrategy&) = delete;
 
-  /// Total replicas across all workers (workers x local replicas; 1 local replica on the CPU).
+  /// Total replicas across all workers: num_workers() x num_local_replicas().
   int num_replicas_in_sync() const noexcept;
+  /// K, this worker's local replicas (ReplicaOptions::local_replicas; the same on every worker).
+  int num_local_replicas() const noexcept;
   /// Number of workers in the ring (TF: multi_worker_util.worker_count).
   int num_workers() const noexcept;
   /// This worker's rank / TF task id.
@@ -92,12 +172,20 @@ class MWMS_API MultiWorkerMirroredStrategy {
 
   /// Mirrors variables: overwrites each tensor on every worker with the chief's value (one
   /// broadcast per bucket of bytes_per_pack). Collective: every worker calls it with the same
-  /// shapes. @throws as Communicator::broadcast.
+  /// shapes. With K > 1 local replicas this mirrors ONE copy per worker; use
+  /// ReplicaContext::broadcast_variables inside run() for each replica's own copy.
+  /// @throws as Communicator::broadcast.
   void broadcast_variables(const std::vector<TensorRef>& variables);
 
-  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run), on
-  /// the calling thread; on the CPU that is one call. Not collective, does not block by itself.
-  /// Exceptions from `fn` propagate.
+  /// Calls `fn` once per local replica with its ReplicaContext (tf.distribute.Strategy.run) and
+  /// returns when every call has returned. K = 1: one call, on the calling thread. K > 1: all K
+  /// calls at once, replica 0 on the calling thread and the others on the strategy's replica
+  /// threads, so `fn` must be safe to call concurrently (each replica touching its own model).
+  /// Not collective by itself; the strategy's own waits inside (ReplicaContext's collectives)
+  /// have deadlines, fn's own work has none. Errors: when a replica's fn throws, replicas waiting
+  /// for it in a ReplicaContext collective fail at once with ReplicaError naming it (none hangs),
+  /// and run() rethrows the first replica's own exception (not a ReplicaError), after every call
+  /// has returned. @throws InvalidUsage when called from inside run().
   void run(const std::function<void(const ReplicaContext&)>& fn);
 
   /// All-reduces gradients in place: tensors are packed, in order, into buckets of at most
@@ -141,7 +229,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   double reduce(ReduceOp op, double value);
 
   /// This worker's rows of a global batch of `global_batch_size` rows: contiguous, sizes differ by
-  /// at most one (the first global_batch_size % workers workers get one more).
+  /// at most one (the first global_batch_size % workers workers get one more). With K > 1 local
+  /// replicas: the union of this worker's replicas' rows (ReplicaContext::batch_shard), still
+  /// contiguous; K = 1 gives exactly the per-worker split.
   Shard batch_shard(std::size_t global_batch_size) const noexcept;
 
   /// Orderly shutdown of the strategy's communicator (Communicator::finalize): collective, every
@@ -161,6 +251,11 @@ class MWMS_API MultiWorkerMirroredStrategy {
   std::size_t allreduce_bytes() const noexcept;
 
  private:
+  friend struct ReplicaContext;
+  void replica_all_reduce(const ReplicaContext& ctx, ReduceOp op,
+                          const std::vector<TensorRef>& tensors);
+  void replica_broadcast(const ReplicaContext& ctx, const std::vector<TensorRef>& variables);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

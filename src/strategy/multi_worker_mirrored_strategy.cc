@@ -1,5 +1,6 @@
-// MultiWorkerMirroredStrategy on the CPU: one replica per worker, gradients packed into buckets
-// of bytes_per_pack and all-reduced through the Communicator. The strategy never touches sockets.
+// MultiWorkerMirroredStrategy on the CPU: K local replicas per worker (Note [local replicas] in
+// local_replicas.cc; K = 1 runs on the calling thread), gradients packed into buckets of
+// bytes_per_pack and all-reduced through the Communicator. The strategy never touches sockets.
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -10,6 +11,7 @@
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/strategy.h"
+#include "strategy/local_replicas.h"
 
 namespace mwms {
 
@@ -43,6 +45,11 @@ struct MultiWorkerMirroredStrategy::Impl {
   std::size_t next_launch = 0;         // buckets [0, next_launch) have started
   std::chrono::steady_clock::time_point first_launch;
   bool launched_any = false;
+
+  // Local replicas (null for K = 1: no thread, no copy).
+  int local_replicas = 1;
+  std::unique_ptr<strategy::LocalReplicas> replicas;
+  bool in_run = false;  // K = 1: run() is active
 };
 
 namespace {
@@ -131,6 +138,10 @@ bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first, std:
   return true;
 }
 
+void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
+                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
+                         ReduceOp op);
+
 }  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOptions& options)
@@ -138,21 +149,69 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOpti
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& cluster,
                                                          const CommunicationOptions& options)
+    : MultiWorkerMirroredStrategy(cluster, options, ReplicaOptions{}) {}
+
+namespace {
+
+constexpr int kMaxLocalReplicas = 64;
+
+// Every worker must drive the same K (replica ids and shards are computed from it): one
+// all_gather of each worker's K, so a disagreement names the workers instead of surfacing as a
+// mismatched collective later.
+void check_same_local_replicas(Communicator& comm, int k) {
+  if (comm.world_size() == 1) return;
+  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.world_size()));
+  const std::int32_t mine = k;
+  comm.all_gather(&mine, all.data(), 1, DataType::kInt32);
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] == mine) continue;
+    throw InvalidArgument("ReplicaOptions::local_replicas differs between workers: worker " +
+                          std::to_string(comm.rank()) + " has " + std::to_string(mine) +
+                          ", worker " + std::to_string(r) + " has " +
+                          std::to_string(all[static_cast<std::size_t>(r)]) +
+                          " (every worker must drive the same number of local replicas)");
+  }
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& cluster,
+                                                         const CommunicationOptions& options,
+                                                         const ReplicaOptions& replicas)
     : impl_(std::make_unique<Impl>()) {
+  if (replicas.local_replicas < 1 || replicas.local_replicas > kMaxLocalReplicas) {
+    throw InvalidArgument("ReplicaOptions::local_replicas must be in [1, " +
+                          std::to_string(kMaxLocalReplicas) + "], got " +
+                          std::to_string(replicas.local_replicas));
+  }
   impl_->options = effective(options);
+  impl_->local_replicas = replicas.local_replicas;
   CommunicatorOptions copts;
   copts.timeout_seconds = impl_->options.timeout_seconds;
   copts.implementation = impl_->options.implementation;
   impl_->comm = Communicator::create(cluster, copts);
+  check_same_local_replicas(*impl_->comm, impl_->local_replicas);
+  if (impl_->local_replicas > 1) {
+    ErrorContext ctx;
+    ctx.rank = impl_->comm->rank();
+    ctx.world_size = impl_->comm->world_size();
+    ctx.task = impl_->comm->cluster().task_name();
+    impl_->replicas = std::make_unique<strategy::LocalReplicas>(
+        impl_->local_replicas, impl_->options.timeout_seconds, impl_->comm->rank(), ctx);
+  }
   MWMS_LOG_INFO(kStrat, "MultiWorkerMirroredStrategy: num_replicas_in_sync "
-                            << num_replicas_in_sync() << ", bytes_per_pack "
+                            << num_replicas_in_sync() << " (" << num_workers() << " worker(s) x "
+                            << impl_->local_replicas << " local replica(s)), bytes_per_pack "
                             << impl_->options.bytes_per_pack);
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
 
 int MultiWorkerMirroredStrategy::num_replicas_in_sync() const noexcept {
-  return impl_->comm->world_size();
+  return impl_->comm->world_size() * impl_->local_replicas;
+}
+int MultiWorkerMirroredStrategy::num_local_replicas() const noexcept {
+  return impl_->local_replicas;
 }
 int MultiWorkerMirroredStrategy::num_workers() const noexcept { return impl_->comm->world_size(); }
 int MultiWorkerMirroredStrategy::worker_index() const noexcept { return impl_->comm->rank(); }
@@ -174,34 +233,145 @@ void MultiWorkerMirroredStrategy::broadcast_variables(const std::vector<TensorRe
 }
 
 void MultiWorkerMirroredStrategy::run(const std::function<void(const ReplicaContext&)>& fn) {
-  ReplicaContext ctx;
-  ctx.replica_id_in_sync_group = worker_index();
-  ctx.num_replicas_in_sync = num_replicas_in_sync();
-  fn(ctx);
+  const int k = impl_->local_replicas;
+  const auto context = [&](int local) {
+    ReplicaContext ctx;
+    ctx.replica_id_in_sync_group = worker_index() * k + local;
+    ctx.num_replicas_in_sync = num_replicas_in_sync();
+    ctx.local_replica_id = local;
+    ctx.num_local_replicas = k;
+    ctx.strategy_ = this;
+    return ctx;
+  };
+  if (impl_->replicas) {
+    impl_->replicas->run([&](int local) { fn(context(local)); });
+    return;
+  }
+  // K = 1: on this thread, as before local replicas existed.
+  if (impl_->in_run)
+    throw InvalidUsage("MultiWorkerMirroredStrategy::run called from inside run()");
+  impl_->in_run = true;
+  try {
+    fn(context(0));
+  } catch (...) {
+    impl_->in_run = false;
+    throw;
+  }
+  impl_->in_run = false;
 }
+
+void MultiWorkerMirroredStrategy::replica_all_reduce(const ReplicaContext& ctx, ReduceOp op,
+                                                     const std::vector<TensorRef>& tensors) {
+  if (!impl_->replicas) {
+    all_reduce_gradients(tensors, op);  // K = 1: in place, nothing local to do
+    return;
+  }
+  check_tensors(tensors, "ReplicaContext::all_reduce");
+  const auto start = std::chrono::steady_clock::now();
+  Impl& m = *impl_;
+  const int replicas = num_replicas_in_sync();
+  // The local step sums (kernels::reduce treats kMean as kSum); the mean divides once, by every
+  // replica, after the cross-worker sum, so it rounds once as a single replica's kMean does.
+  const ReduceOp across_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
+  m.replicas->all_reduce(ctx.local_replica_id, tensors, op,
+                         [&](const std::vector<TensorRef>& mine) {
+                           bucketed_all_reduce(*m.comm, m.options, m.pack, mine, across_op);
+                           if (op == ReduceOp::kMean) {
+                             for (const TensorRef& t : mine)
+                               kernels::scale_divide(t.data, t.count, t.dtype, replicas);
+                           }
+                         });
+  if (ctx.local_replica_id != 0) return;
+  // Replica 0 runs on the strategy's thread: it alone updates the statistics, counting the whole
+  // collective (waiting for the other replicas included) as exposed all-reduce time.
+  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.allreduce_seconds += took;
+  m.exposed_seconds += took;
+}
+
+void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
+                                                    const std::vector<TensorRef>& variables) {
+  if (!impl_->replicas) {
+    broadcast_variables(variables);
+    return;
+  }
+  check_tensors(variables, "ReplicaContext::broadcast_variables");
+  impl_->replicas->broadcast(
+      ctx.local_replica_id, variables,
+      [&](const std::vector<TensorRef>& mine) { broadcast_variables(mine); });
+}
+
+void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::all_reduce: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_all_reduce(*this, op, tensors);
+}
+
+void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::broadcast_variables: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_broadcast(*this, variables);
+}
+
+namespace {
+
+// Rows of part `i` of `parts` near-equal contiguous parts of `rows` rows.
+Shard split_rows(std::size_t rows, std::size_t parts, std::size_t i) {
+  const std::size_t base = rows / parts;
+  const std::size_t rem = rows % parts;
+  Shard s;
+  s.begin = i * base + std::min(i, rem);
+  s.end = s.begin + base + (i < rem ? 1 : 0);
+  return s;
+}
+
+}  // namespace
+
+Shard ReplicaContext::batch_shard(std::size_t global_batch_size) const noexcept {
+  return split_rows(global_batch_size, static_cast<std::size_t>(num_replicas_in_sync),
+                    static_cast<std::size_t>(replica_id_in_sync_group));
+}
+
+namespace {
+
+// The cross-worker half of all_reduce_gradients (and of a replica all-reduce): bucket by bucket,
+// in place where the bucket is contiguous and uncompressed, else through `pack`.
+void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
+                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
+                         ReduceOp op) {
+  for_each_bucket(gradients, options.bytes_per_pack,
+                  [&](std::size_t first, std::size_t last, std::size_t bytes) {
+                    const DataType dtype = gradients[first].dtype;
+                    const std::size_t elems = bytes / dtype_size(dtype);
+                    const DataType wire = wire_type(options.compression, dtype);
+                    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
+                      comm.all_reduce(gradients[first].data, elems, dtype, op);
+                      return;
+                    }
+                    const std::size_t wire_bytes = elems * dtype_size(wire);
+                    if (pack.size() < wire_bytes)
+                      pack.resize(std::max(wire_bytes, options.bytes_per_pack));
+                    pack_tensors(gradients, first, last, wire, pack.data());
+                    comm.all_reduce(pack.data(), elems, wire, op);
+                    unpack_tensors(gradients, first, last, wire, pack.data());
+                  });
+}
+
+}  // namespace
 
 void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorRef>& gradients,
                                                        ReduceOp op) {
   check_tensors(gradients, "all_reduce_gradients");
   auto start = std::chrono::steady_clock::now();
-  Communicator& comm = *impl_->comm;
-  for_each_bucket(gradients, impl_->options.bytes_per_pack,
-                  [&](std::size_t first, std::size_t last, std::size_t bytes) {
-    const DataType dtype = gradients[first].dtype;
-    const std::size_t elems = bytes / dtype_size(dtype);
-    const DataType wire = wire_type(impl_->options.compression, dtype);
-    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
-      comm.all_reduce(gradients[first].data, elems, dtype, op);
-      return;
-    }
-    const std::size_t wire_bytes = elems * dtype_size(wire);
-    if (impl_->pack.size() < wire_bytes) {
-      impl_->pack.resize(std::max(wire_bytes, impl_->options.bytes_per_pack));
-    }
-    pack_tensors(gradients, first, last, wire, impl_->pack.data());
-    comm.all_reduce(impl_->pack.data(), elems, wire, op);
-    unpack_tensors(gradients, first, last, wire, impl_->pack.data());
-  });
+  bucketed_all_reduce(*impl_->comm, impl_->options, impl_->pack, gradients, op);
   for (const TensorRef& g : gradients) impl_->allreduce_bytes += g.count * dtype_size(g.dtype);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   impl_->allreduce_seconds += took;
@@ -338,13 +508,13 @@ double MultiWorkerMirroredStrategy::reduce(ReduceOp op, double value) {
 }
 
 Shard MultiWorkerMirroredStrategy::batch_shard(std::size_t global_batch_size) const noexcept {
-  std::size_t n = static_cast<std::size_t>(num_workers());
-  std::size_t i = static_cast<std::size_t>(worker_index());
-  std::size_t base = global_batch_size / n;
-  std::size_t rem = global_batch_size % n;
+  // The union of this worker's replicas' rows (K = 1: exactly the per-worker split).
+  const std::size_t k = static_cast<std::size_t>(impl_->local_replicas);
+  const std::size_t parts = static_cast<std::size_t>(num_replicas_in_sync());
+  const std::size_t first = static_cast<std::size_t>(worker_index()) * k;
   Shard s;
-  s.begin = i * base + std::min(i, rem);
-  s.end = s.begin + base + (i < rem ? 1 : 0);
+  s.begin = split_rows(global_batch_size, parts, first).begin;
+  s.end = split_rows(global_batch_size, parts, first + k - 1).end;
   return s;
 }
 

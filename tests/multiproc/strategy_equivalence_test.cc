@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -116,7 +117,174 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack, Sync sync = S
   }
 }
 
+// The same model trained by K local replicas per worker (Note [local replicas]), as a TF custom
+// loop would: one strategy.run per step, each replica with its own copy of W and b and its own
+// gradients, its own rows of the global batch (ctx.batch_shard) and ctx.all_reduce (sum over
+// workers x K). Replicas start from different values (the chief's replica 0 must win). Throws if
+// the replicas of this worker do not hold bit-identical weights at the end (they apply the same
+// reduced gradient to the same weights); returns replica 0's W followed by b.
+std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
+  const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
+  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)),
+      b(k, std::vector<float>(kOut));
+  std::vector<std::vector<float>> gw = w, gb = b;
+  strategy.run([&](const mwms::ReplicaContext& ctx) {
+    const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+    for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] = 0.01f * static_cast<float>(i % 7);
+    // The chief's replica 0 starts as train() does (b = 0); every other replica elsewhere.
+    for (float& x : b[r]) x = 1.5f * static_cast<float>(ctx.replica_id_in_sync_group);
+    ctx.broadcast_variables({{w[r].data(), w[r].size()}, {b[r].data(), b[r].size()}});
+  });
+  for (int step = 0; step < kSteps; ++step) {
+    strategy.run([&](const mwms::ReplicaContext& ctx) {
+      const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+      std::fill(gw[r].begin(), gw[r].end(), 0.0f);
+      std::fill(gb[r].begin(), gb[r].end(), 0.0f);
+      const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
+      for (std::size_t row = shard.begin; row < shard.end; ++row) {
+        for (int k = 0; k < kOut; ++k) {
+          float pred = b[r][k];
+          for (int j = 0; j < kIn; ++j) pred += feature(step, row, j) * w[r][j * kOut + k];
+          float residual = (pred - target(step, row, k)) / kGlobalBatch;
+          gb[r][k] += residual;
+          for (int j = 0; j < kIn; ++j) gw[r][j * kOut + k] += residual * feature(step, row, j);
+        }
+      }
+      ctx.all_reduce(mwms::ReduceOp::kSum,
+                     {{gw[r].data(), gw[r].size()}, {gb[r].data(), gb[r].size()}});
+      for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] -= 0.5f * gw[r][i];
+      for (std::size_t i = 0; i < b[r].size(); ++i) b[r][i] -= 0.5f * gb[r][i];
+    });
+  }
+  for (std::size_t r = 1; r < k; ++r) {
+    if (w[r] != w[0] || b[r] != b[0]) {
+      throw std::runtime_error("local replica " + std::to_string(r) + " differs from replica 0");
+    }
+  }
+  w[0].insert(w[0].end(), b[0].begin(), b[0].end());
+  return w[0];
+}
+
+// K local replicas x `workers` workers against one replica on the same global batch. Tolerance:
+// the sums of at most 24 per-row terms are grouped differently (per replica, then across
+// replicas), a few float32 ulps per step over 6 steps; 1e-5 relative is ~80 ulps and far below
+// any real error (a replica's rows counted twice or not at all moves weights by > 1e-2).
+void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack) {
+  mwms::CommunicationOptions options;
+  options.bytes_per_pack = bytes_per_pack;
+  std::vector<float> expected;
+  {
+    mwms::MultiWorkerMirroredStrategy single(mwms::ResolvedCluster{}, options);
+    expected = train(single);
+  }
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = workers;
+  launch.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(launch, [&](int, const std::string& tf, auto report) {
+    mwms::ReplicaOptions replicas;
+    replicas.local_replicas = k;
+    mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+    if (strategy.num_replicas_in_sync() != workers * k)
+      throw std::runtime_error("bad replica count");
+    std::ostringstream out;
+    out.precision(9);
+    out << "weights:";
+    for (float x : train_replicas(strategy)) out << " " << x;
+    report(out.str());
+  });
+  INFO(workers << " worker(s) x " << k << " local replica(s)\n"
+               << mwms::testing::describe(results));
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    std::vector<float> got = parse_floats(r.output);
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("rank " << r.rank << " weight " << i);
+      CHECK(got[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-6));
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("K = 1, 2, 3 local replicas x 1-3 workers end with the same weights as one replica",
+          "[tcp][strategy]") {
+  for (int workers : {1, 2, 3}) {
+    for (int k : {1, 2, 3}) {
+      // Small buckets on some: several buckets, tensors packed, W larger than a bucket.
+      check_replica_equivalence(workers, k, (workers + k) % 2 == 0 ? 64 : 0);
+    }
+  }
+}
+
+TEST_CASE("workers with different local replica counts fail at construction, naming them",
+          "[tcp][strategy]") {
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  auto results =
+      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+        mwms::ReplicaOptions replicas;
+        replicas.local_replicas = rank + 1;
+        try {
+          mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), {}, replicas);
+        } catch (const mwms::InvalidArgument& e) {
+          report(e.what());
+        }
+      });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  CHECK_THAT(results[0].output, Catch::Matchers::Contains("worker 0 has 1, worker 1 has 2"));
+  CHECK_THAT(results[1].output, Catch::Matchers::Contains("worker 1 has 2, worker 0 has 1"));
+}
+
+TEST_CASE("a local replica that throws on one worker fails every replica of every worker",
+          "[tcp][strategy][fault]") {
+  // Worker 1's replica 1 throws before the all-reduce: worker 1's replica 0 stops waiting for it
+  // (ReplicaError) and run() rethrows the root; worker 1 exits, so worker 0's replica 0 gets a
+  // PeerError from the cross-worker all-reduce and its replica 1 a ReplicaError naming replica 0.
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  auto results =
+      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+        mwms::CommunicationOptions options;
+        options.timeout_seconds = 30;
+        mwms::ReplicaOptions replicas;
+        replicas.local_replicas = 2;
+        mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+        std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
+        std::mutex mu;
+        try {
+          strategy.run([&](const mwms::ReplicaContext& ctx) {
+            if (rank == 1 && ctx.local_replica_id == 1)
+              throw std::runtime_error("worker 1 replica 1 broke");
+            try {
+              auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+              ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
+            } catch (const mwms::ReplicaError& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              report("replica " + std::to_string(ctx.local_replica_id) +
+                     " got ReplicaError: " + e.what() + "\n");
+              throw;
+            }
+          });
+          report("run returned\n");
+        } catch (const mwms::PeerError& e) {
+          report(std::string("run threw PeerError: ") + e.what() + "\n");
+        } catch (const std::runtime_error& e) {
+          report(std::string("run threw: ") + e.what() + "\n");
+        }
+      });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  using Catch::Matchers::Contains;
+  CHECK_THAT(results[1].output, Contains("run threw: worker 1 replica 1 broke") &&
+                                    Contains("replica 0 got ReplicaError: local replica 1"));
+  CHECK_THAT(results[0].output, Contains("run threw PeerError") && Contains("rank 1") &&
+                                    Contains("replica 1 got ReplicaError: local replica 0"));
+  for (const auto& r : results) CHECK(r.seconds < 25);  // failed at once, not at the deadline
+}
 
 TEST_CASE("2 workers end with the same weights as 1 worker", "[tcp][strategy]") {
   check_equivalence(2, 0);

@@ -8,7 +8,8 @@ for expect in "--epochs .*=3" "--batch_size .*=64" "--lr .*=0.01" "--seed .*=42"
               "--data_dir .*=/usr/share/datasets/fashion-mnist" "--max_steps_per_epoch .*=0" \
               "--task_index .*=0" "--bytes_per_pack .*=0" "--timeout_seconds .*=0" \
               "--checkpoint_dir .*default: none" "--metrics_file .*default: none" \
-              "--resume .*default: off" "--job_name .*default: none" "--cluster_spec .*default: none"; do
+              "--resume .*default: off" "--job_name .*default: none" "--cluster_spec .*default: none" \
+              "--model .*=mlp" "--local_replicas .*=1" "--device .*=auto"; do
   echo "$help" | grep -Eq -- "^ +$expect([ ,)]|$)" ||
     { echo "FAIL: no '$expect' in train --help:"; echo "$help"; exit 1; }
 done
