@@ -299,14 +299,18 @@ TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
 }
 
 // Note [tcp stripes]: 3 streams per peer and 8 KiB stripes, so that every payload above one
-// chunk is spread over all streams (and the envelope rides on stream 0 alone): the whole matrix
-// must come out exact, and steady-state collectives must still allocate nothing over TCP.
+// chunk is spread over all streams (and the envelope rides on stream 0 alone), with 64 KiB
+// socket buffers (MWMS_SOCKET_BUFFER_BYTES): the whole matrix must come out exact, and
+// steady-state collectives must still allocate nothing over TCP.
 TEST_CASE("several TCP streams per peer: every collective exact, nothing allocated",
           "[tcp][multiproc]") {
   ::setenv("MWMS_NSOCKS_PERPEER", "3", 1);
   ::setenv("MWMS_CHUNK_BYTES", "8192", 1);
+  // Fixed socket buffers far below a message (no autotuning): every stream fills up and drains.
+  ::setenv("MWMS_SOCKET_BUFFER_BYTES", "65536", 1);
   if (mwms::common::env_int("MWMS_NSOCKS_PERPEER") != 3 ||
-      mwms::common::env_int("MWMS_CHUNK_BYTES") != 8192) {
+      mwms::common::env_int("MWMS_CHUNK_BYTES") != 8192 ||
+      mwms::common::env_int("MWMS_SOCKET_BUFFER_BYTES") != 65536) {
     WARN("skipped: this test binary read the variables before; run this case alone (ctest does)");
     return;
   }
