@@ -218,6 +218,11 @@ MeshSockets connect_mesh(const ResolvedCluster& c, const common::Socket& listene
     }
   }
   MWMS_LOG_DEBUG(kRing, "links connected to " << n - 1 << " peers");
+  if (c.is_chief) {
+    MWMS_LOG_INFO(kRing, "tcp data links: " << streams << " stream(s) per peer, socket buffers "
+                                            << (buffer > 0 ? std::to_string(buffer) + " bytes"
+                                                           : std::string("autotuned")));
+  }
   return out;
 }
 
