@@ -163,8 +163,9 @@ void run(Algorithm algorithm) {
   ::gloo::Algorithm* a = algorithm == Algorithm::kRingChunked ? g_state.ring.get()
                                                               : g_state.halving_doubling.get();
   if (a == nullptr) throw BackendError("gloo: run() before prepare()", 0);
-  gloo_call(algorithm == Algorithm::kRingChunked ? "AllreduceRingChunked" : "AllreduceHalvingDoubling",
-            [&] { a->run(); });
+  const char* name = algorithm == Algorithm::kRingChunked ? "AllreduceRingChunked"
+                                                           : "AllreduceHalvingDoubling";
+  gloo_call(name, [&] { a->run(); });
 }
 
 void disconnect() noexcept {

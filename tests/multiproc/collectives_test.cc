@@ -318,7 +318,7 @@ TEST_CASE("several TCP streams per peer: every collective exact, nothing allocat
   mwms::testing::LaunchOptions opts;
   opts.world_size = 3;
   opts.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config, auto report) {
+  auto body = [&](int, const std::string& tf_config, auto report) {
     mwms::CommunicatorOptions copts;
     copts.transport = mwms::TransportChoice::kTcp;
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
@@ -331,7 +331,8 @@ TEST_CASE("several TCP streams per peer: every collective exact, nothing allocat
       comm->broadcast(big.data(), 100000, DataType::kFloat32, /*root=*/2);
     };
     mwms::testing::expect_no_allocations(round, report);
-  });
+  };
+  auto results = mwms::testing::run_ranks(opts, body);
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
 }

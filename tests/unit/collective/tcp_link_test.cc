@@ -87,8 +87,9 @@ TEST_CASE("tcp link: payloads striped over several streams arrive whole and in o
     std::uint64_t seq = 0;
     // Sizes around the stripe and the stream count, and one larger than the socket buffers
     // (short writes), back to back on the same streams.
-    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{63}, stripe - 1, stripe,
-                              stripe + 1, 3 * stripe + 17, 5 * stripe, (std::size_t{1} << 20) + 5}) {
+    const std::size_t sizes[] = {0, 1, 63, stripe - 1, stripe, stripe + 1, 3 * stripe + 17,
+                                 5 * stripe, (std::size_t{1} << 20) + 5};
+    for (std::size_t bytes : sizes) {
       for (std::size_t step : {bytes + 1, stripe / 2 + 3}) {
         std::vector<char> data(bytes);
         for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>((i * 131 + seq) % 251);

@@ -142,14 +142,15 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
 }
 
 // Note [socket buffers]: by default (MWMS_SOCKET_BUFFER_BYTES=0) Linux autotunes each socket's
-// buffers within net.ipv4.tcp_wmem/tcp_rmem (up to 4 MiB / 6 MiB on Debian 12), growing them
+// buffers within net.ipv4.tcp_wmem/tcp_rmem (kernel defaults: up to 4 MiB / 6 MiB), growing them
 // with the measured bandwidth-delay product. Setting SO_SNDBUF/SO_RCVBUF fixes them and turns
 // that autotuning off for the socket; the kernel doubles the value (bookkeeping overhead) and
 // caps it at net.core.wmem_max/rmem_max (212992 by default) unless the process may use the
 // *FORCE options (CAP_NET_ADMIN), which is tried first. The receive window's scale is agreed at
 // connect time from the system limits, so sizing after connect still opens a large window.
 void size_socket_buffers(int fd, int bytes) {
-  for (auto [force, plain] : {std::pair{SO_SNDBUFFORCE, SO_SNDBUF}, std::pair{SO_RCVBUFFORCE, SO_RCVBUF}}) {
+  for (auto [force, plain] :
+       {std::pair{SO_SNDBUFFORCE, SO_SNDBUF}, std::pair{SO_RCVBUFFORCE, SO_RCVBUF}}) {
     if (::setsockopt(fd, SOL_SOCKET, force, &bytes, sizeof(bytes)) != 0) {
       ::setsockopt(fd, SOL_SOCKET, plain, &bytes, sizeof(bytes));
     }
