@@ -103,8 +103,10 @@ def plot(runs, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     keys = sorted(runs, key=rate_key)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    cols = min(2, len(keys))
+    nrows = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
         by_streams = runs[key]
         rows = by_streams[1 if 1 in by_streams else min(by_streams)][0]
         sizes = [r["size"] / 2**20 for r in rows]
@@ -121,7 +123,7 @@ def plot(runs, path):
         ax.set_xlabel("size (MiB)")
         ax.set_ylabel("busbw (GB/s)")
         ax.set_ylim(bottom=0)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
