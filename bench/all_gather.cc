@@ -66,6 +66,7 @@ const CollectiveDescriptor kAllGather = {
     /*run_mpi=*/run_mpi,
     /*uses_op=*/false,
     /*uses_root=*/false,
+    /*gloo_all_reduce=*/false,
 };
 
 }  // namespace mwms::bench

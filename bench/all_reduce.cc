@@ -57,6 +57,7 @@ const CollectiveDescriptor kAllReduce = {
     /*run_mpi=*/run_mpi,
     /*uses_op=*/true,
     /*uses_root=*/false,
+    /*gloo_all_reduce=*/true,
 };
 
 }  // namespace mwms::bench

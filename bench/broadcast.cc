@@ -59,6 +59,7 @@ const CollectiveDescriptor kBroadcast = {
     /*run_mpi=*/run_mpi,
     /*uses_op=*/false,
     /*uses_root=*/true,
+    /*gloo_all_reduce=*/false,
 };
 
 }  // namespace mwms::bench

@@ -62,6 +62,7 @@ const CollectiveDescriptor kReduceScatter = {
     /*run_mpi=*/run_mpi,
     /*uses_op=*/true,
     /*uses_root=*/false,
+    /*gloo_all_reduce=*/false,
 };
 
 }  // namespace mwms::bench

@@ -17,6 +17,26 @@ packages=(
   doxygen                                # tests: every public declaration documented
 )
 
+# Optional, for the bench only (all_reduce_perf --compare gloo): installed after the required
+# packages, and a failure to install them never fails the setup (the bench then builds without).
+optional=(libgloo-dev)
+install_optional() {
+  local want=() p root=()
+  for p in "${optional[@]}"; do
+    [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true) == "install ok installed" ]] ||
+      want+=("$p")
+  done
+  [[ ${#want[@]} -gt 0 ]] || return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || { echo "setup.sh: skipping optional ${want[*]} (no root)"; return 0; }
+    root=(sudo env "DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-noninteractive}")
+  fi
+  echo "setup.sh: installing optional ${want[*]} (bench: --compare gloo)"
+  DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-noninteractive} "${root[@]}" apt-get install -y \
+    --no-install-recommends "${want[@]}" ||
+    echo "setup.sh: could not install ${want[*]}; the bench builds without --compare gloo" >&2
+}
+
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "setup.sh: not a Debian system (no dpkg-query/apt-get); install the equivalents of:" >&2
   echo "  ${packages[*]}" >&2
@@ -31,6 +51,7 @@ for package in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup.sh: all ${#packages[@]} packages are installed"
+  install_optional
   exit 0
 fi
 echo "setup.sh: installing ${missing[*]}"
@@ -48,3 +69,4 @@ fi
 
 "${as_root[@]}" apt-get update
 "${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+install_optional

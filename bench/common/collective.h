@@ -64,6 +64,8 @@ struct CollectiveDescriptor {
   bool uses_op;
   /// True for rooted collectives (broadcast): the tool takes -r/--root.
   bool uses_root;
+  /// True where --compare gloo times Gloo's all-reduce algorithms (all_reduce only).
+  bool gloo_all_reduce;
 };
 
 /// Helpers for collectives whose buffer is world_size blocks of `count` elements (all-gather,

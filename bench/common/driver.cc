@@ -1,6 +1,7 @@
 // The shared driver of every *_perf tool: bootstrap, one sweep over message sizes, and for each
-// size: check (first iteration), warm-up, timed iterations, the same for MPI under --compare mpi,
-// then one row reduced across ranks. See bench/README.md for what the columns mean.
+// size: check (first iteration), warm-up, timed iterations, the same for MPI under --compare mpi
+// and for Gloo's two all-reduce algorithms (on libmwms's own buffer) under --compare gloo, then
+// one row reduced across ranks. See bench/README.md for what the columns mean.
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/collective.h"
+#include "common/gloo_baseline.h"
 #include "common/mpi_baseline.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -145,14 +147,24 @@ class Sweep {
       wrong = check_first_iteration(call);
       if (warmups > 0) --warmups;
     }
-    double times[2] = {median_time_us(buffer_.data(), elements, warmups, [&] { run_ours(call); }),
-                       0.0};
+    double times[4] = {median_time_us(buffer_.data(), elements, warmups, [&] { run_ours(call); }),
+                       0.0, 0.0, 0.0};
     if (options_.compare_mpi) {
       times[1] = median_time_us(mpi_buffer_.data(), elements, options_.warmup_iters,
                                 [&] { run_mpi(call); });
     }
+    if (options_.compare_gloo) {
+      // Gloo's algorithms are built for this buffer and count (their scratch allocated here, not
+      // in the timing), then timed one after the other on libmwms's buffer.
+      gloo_baseline::prepare(buffer_.data(), elements, options_.dtype, options_.op);
+      using gloo_baseline::Algorithm;
+      times[2] = median_time_us(buffer_.data(), elements, options_.warmup_iters,
+                                [&] { gloo_baseline::run(Algorithm::kRingChunked); });
+      times[3] = median_time_us(buffer_.data(), elements, options_.warmup_iters,
+                                [&] { gloo_baseline::run(Algorithm::kHalvingDoubling); });
+    }
     // A collective finishes when its slowest rank does: quote the slowest rank's median.
-    comm_.all_reduce(times, 2, DataType::kFloat64, ReduceOp::kMax);
+    comm_.all_reduce(times, 4, DataType::kFloat64, ReduceOp::kMax);
     comm_.all_reduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
     const double factor = collective_.busbw_factor(comm_.world_size());
     row.time_us = times[0];
@@ -163,6 +175,13 @@ class Sweep {
       row.has_mpi = true;
       row.mpi_time_us = times[1];
       row.mpi_busbw = gb_per_s(static_cast<double>(row.bytes), row.mpi_time_us) * factor;
+    }
+    if (options_.compare_gloo) {
+      row.has_gloo = true;
+      row.gloo_ring_time_us = times[2];
+      row.gloo_ring_busbw = gb_per_s(static_cast<double>(row.bytes), times[2]) * factor;
+      row.gloo_hd_time_us = times[3];
+      row.gloo_hd_busbw = gb_per_s(static_cast<double>(row.bytes), times[3]) * factor;
     }
     return row;
   }
@@ -179,6 +198,7 @@ class Sweep {
       info.mpi_library = mpi::library_version();
       info.malloc_keeps_freed = malloc_keeps_freed();
     }
+    if (options_.compare_gloo) info.gloo_library = gloo_baseline::library_version();
     return info;
   }
 
@@ -189,7 +209,7 @@ class Sweep {
               << " step: " << options_.step_factor << "(factor) warmup iters: "
               << options_.warmup_iters << " iters: " << options_.iters
               << " validation: " << options_.check << " backend: " << requested_backend(options_)
-              << " compare: " << (options_.compare_mpi ? "mpi" : "none");
+              << " compare: " << compared();
     if (collective_.uses_root) std::cout << " root: " << options_.root;
     std::cout << "\n"
               << "# time: median iteration time of each rank, max over ranks; algbw = size / time;"
@@ -197,6 +217,11 @@ class Sweep {
               << "# Backend: " << requested_backend(options_) << " requested; used: "
               << comm_.describe() << "\n";
     if (options_.compare_mpi) print_mpi_banner();
+    if (options_.compare_gloo) {
+      std::cout << "# Gloo: " << gloo_baseline::library_version()
+                << ": AllreduceRingChunked (ring busbw) and AllreduceHalvingDoubling (hd busbw) on"
+                << " the same buffer; vs gloo = busbw / the better of the two\n";
+    }
     std::cout << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
     for (int r = 0; r < comm_.world_size(); ++r) {
       std::cout << "#  Rank " << r << " " << cluster.task_name_of_rank(r);
@@ -204,7 +229,13 @@ class Sweep {
       std::cout << "\n";
     }
     std::cout << "#\n";
-    print_table_header(std::cout, options_.compare_mpi);
+    print_table_header(std::cout, options_.compare_mpi, options_.compare_gloo);
+  }
+
+  std::string compared() const {
+    if (options_.compare_mpi && options_.compare_gloo) return "mpi,gloo";
+    if (options_.compare_mpi) return "mpi";
+    return options_.compare_gloo ? "gloo" : "none";
   }
 
   // Which MPI, and whether it runs at its best: Open MPI's MPI_Allreduce mallocs a message-sized
@@ -246,6 +277,17 @@ void check_compare_mpi(const CollectiveDescriptor& collective, const BenchOption
   if (!reason.empty()) throw InvalidArgument("--compare mpi: " + reason);
 }
 
+// Refuses --compare gloo where it cannot mean anything, before anything is started.
+void check_compare_gloo(const CollectiveDescriptor& collective, const BenchOptions& options) {
+  if (!options.compare_gloo) return;
+  if (!collective.gloo_all_reduce) {
+    throw InvalidArgument(std::string("--compare gloo: only all_reduce_perf times Gloo (not ") +
+                          collective.name + ")");
+  }
+  const std::string reason = gloo_baseline::unsupported_reason(options.dtype, options.op);
+  if (!reason.empty()) throw InvalidArgument("--compare gloo: " + reason);
+}
+
 int run_with_communicator(const CollectiveDescriptor& collective, const BenchOptions& options) {
   CommunicatorOptions comm_options;
   comm_options.implementation = Implementation::kAuto;  // what users get by default
@@ -263,8 +305,12 @@ int run_with_communicator(const CollectiveDescriptor& collective, const BenchOpt
                           std::to_string(comm->world_size()) + ")");
   }
   try {
-    return Sweep(collective, options, *comm).run();
+    if (options.compare_gloo) gloo_baseline::connect(*comm, options.gloo_store);
+    const int status = Sweep(collective, options, *comm).run();
+    gloo_baseline::disconnect();
+    return status;
   } catch (const std::exception& e) {
+    gloo_baseline::disconnect();
     comm->abort(e.what());  // peers blocked in a collective fail fast, naming this rank
     throw;
   }
@@ -294,6 +340,7 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
   if (!options) return status;
   try {
     check_compare_mpi(collective, *options);
+    check_compare_gloo(collective, *options);
     // MPI first, so that libmwms finds it initialised and bootstraps through it.
     if (under_mpirun && mpi::built_with_mpi()) mpi::init(requested_backend(*options) == "mpi");
     status = run_with_communicator(collective, *options);

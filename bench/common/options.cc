@@ -101,8 +101,14 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
                  "Transport of libmwms's links: auto (the default users get: shared memory on one "
                  "host, TCP between hosts), tcp, shm or mpi; absent: MWMS_TRANSPORT")
       ->check(CLI::IsMember({"auto", "tcp", "shm", "mpi"}));
-  app.add_option("--compare", compare, "Also time this implementation (mpi)")
-      ->check(CLI::IsMember({"mpi", "none"}));
+  app.add_option("--compare", compare,
+                 "Also time these implementations in the same run: mpi (MPI's collective, under "
+                 "mpirun), gloo (Gloo's ring-chunked and halving-doubling all-reduce over its TCP "
+                 "transport), mpi,gloo, or none")
+      ->check(CLI::IsMember({"mpi", "gloo", "mpi,gloo", "gloo,mpi", "none"}));
+  app.add_option("--gloo-store", o.gloo_store,
+                 "Directory (shared by every rank) for Gloo's file-store rendezvous")
+      ->capture_default_str();
   app.add_option("--json", o.json_path, "Write the rows as a JSON array to this file");
   if (tool.with_root) {
     app.add_option("-r,--root", o.root, "Rank whose buffer is broadcast")->capture_default_str();
@@ -118,7 +124,8 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
     o.max_bytes = parse_byte_size(max_bytes);
     o.dtype = parse_dtype(dtype);
     o.op = parse_reduce_op(op);
-    o.compare_mpi = compare == "mpi";
+    o.compare_mpi = compare.find("mpi") != std::string::npos;
+    o.compare_gloo = compare.find("gloo") != std::string::npos;
     validate(o);
   } catch (const CLI::ParseError& e) {
     // CLI11 prints --help to stdout and errors to stderr; exit() gives their status.

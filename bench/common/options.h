@@ -25,6 +25,8 @@ struct BenchOptions {
   /// reads MWMS_TRANSPORT, default auto, exactly as for any user program).
   std::string backend;
   bool compare_mpi = false;
+  bool compare_gloo = false;  ///< --compare gloo (or mpi,gloo): Gloo's all-reduce algorithms
+  std::string gloo_store = "/tmp";  ///< --gloo-store: where Gloo's file-store rendezvous lives
   std::string json_path;  ///< empty: no JSON file
   int root = 0;           ///< -r/--root, rooted collectives only; checked against the world size later
 };

@@ -1,5 +1,6 @@
 #include "common/output.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,11 @@
 namespace mwms::bench {
 
 double ratio(const ResultRow& row) { return row.mpi_busbw > 0 ? row.busbw / row.mpi_busbw : 0; }
+
+double gloo_ratio(const ResultRow& row) {
+  const double best = std::max(row.gloo_ring_busbw, row.gloo_hd_busbw);
+  return best > 0 ? row.busbw / best : 0;
+}
 
 namespace {
 
@@ -29,9 +35,11 @@ const Column kColumns[] = {{"size", "(B)", 12},      {"count", "(elements)", 12}
                            {"busbw", "(GB/s)", 7},   {"#wrong", "", 6}};
 const Column kMpiColumns[] = {{"mpi time", "(us)", 9}, {"mpi busbw", "(GB/s)", 9},
                               {"ratio", "", 6}};
+const Column kGlooColumns[] = {{"ring busbw", "(GB/s)", 10}, {"hd busbw", "(GB/s)", 9},
+                               {"vs gloo", "", 7}};
 
 template <typename Pick>
-void print_header_line(std::ostream& out, bool with_mpi, Pick pick) {
+void print_header_line(std::ostream& out, bool with_mpi, bool with_gloo, Pick pick) {
   out << "#";
   bool first = true;
   for (const Column& c : kColumns) {
@@ -42,6 +50,9 @@ void print_header_line(std::ostream& out, bool with_mpi, Pick pick) {
   if (with_mpi) {
     for (const Column& c : kMpiColumns) out << "  " << std::setw(c.width) << pick(c);
   }
+  if (with_gloo) {
+    for (const Column& c : kGlooColumns) out << "  " << std::setw(c.width) << pick(c);
+  }
   out << "\n";
 }
 
@@ -49,9 +60,9 @@ void print_header_line(std::ostream& out, bool with_mpi, Pick pick) {
 
 // Layout follows nccl-tests (right-aligned, '#' header lines) so that scripts written for its
 // output keep working.
-void print_table_header(std::ostream& out, bool with_mpi) {
-  print_header_line(out, with_mpi, [](const Column& c) { return c.name; });
-  print_header_line(out, with_mpi, [](const Column& c) { return c.unit; });
+void print_table_header(std::ostream& out, bool with_mpi, bool with_gloo) {
+  print_header_line(out, with_mpi, with_gloo, [](const Column& c) { return c.name; });
+  print_header_line(out, with_mpi, with_gloo, [](const Column& c) { return c.unit; });
   out << std::flush;
 }
 
@@ -72,12 +83,17 @@ void print_table_row(std::ostream& out, const ResultRow& row) {
     out << "  " << std::setw(m[0].width) << row.mpi_time_us << "  " << std::setw(m[1].width)
         << row.mpi_busbw << "  " << std::setw(m[2].width) << ratio(row);
   }
+  if (row.has_gloo) {
+    const Column* g = kGlooColumns;
+    out << "  " << std::setw(g[0].width) << row.gloo_ring_busbw << "  " << std::setw(g[1].width)
+        << row.gloo_hd_busbw << "  " << std::setw(g[2].width) << gloo_ratio(row);
+  }
   out << std::defaultfloat << "\n" << std::flush;
 }
 
 Summary summarize(const std::vector<ResultRow>& rows) {
   Summary s;
-  std::vector<double> busbw, mpi_busbw, ratios;
+  std::vector<double> busbw, mpi_busbw, ratios, ring, hd, gloo_ratios;
   for (const auto& row : rows) {
     if (row.wrong > 0) s.out_of_bounds += row.wrong;
     busbw.push_back(row.busbw);
@@ -85,7 +101,16 @@ Summary summarize(const std::vector<ResultRow>& rows) {
       mpi_busbw.push_back(row.mpi_busbw);
       ratios.push_back(ratio(row));
     }
+    if (row.has_gloo) {
+      ring.push_back(row.gloo_ring_busbw);
+      hd.push_back(row.gloo_hd_busbw);
+      gloo_ratios.push_back(gloo_ratio(row));
+    }
   }
+  s.has_gloo = !ring.empty();
+  s.avg_gloo_ring_busbw = mean(ring);
+  s.avg_gloo_hd_busbw = mean(hd);
+  s.median_gloo_ratio = median(gloo_ratios);
   s.avg_busbw = mean(busbw);
   s.has_mpi = !mpi_busbw.empty();
   s.avg_mpi_busbw = mean(mpi_busbw);
@@ -113,6 +138,11 @@ void print_table_footer(std::ostream& out, const Summary& s) {
     label(out, "Avg MPI bus bandwidth") << s.avg_mpi_busbw << " \n";
     label(out, "Median busbw ratio") << s.median_ratio << " (libmwms / MPI)\n";
   }
+  if (s.has_gloo) {
+    label(out, "Avg Gloo ring busbw") << s.avg_gloo_ring_busbw << " \n";
+    label(out, "Avg Gloo hd busbw") << s.avg_gloo_hd_busbw << " \n";
+    label(out, "Median vs Gloo best") << s.median_gloo_ratio << " (libmwms / max(ring, hd))\n";
+  }
   out << "#\n" << std::flush;
 }
 
@@ -138,6 +168,13 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
       o["mpi_busbw"] = row.mpi_busbw;
       o["ratio"] = ratio(row);
     }
+    if (row.has_gloo) {
+      o["gloo_ring_time_us"] = row.gloo_ring_time_us;
+      o["gloo_ring_busbw"] = row.gloo_ring_busbw;
+      o["gloo_hd_time_us"] = row.gloo_hd_time_us;
+      o["gloo_hd_busbw"] = row.gloo_hd_busbw;
+      o["gloo_ratio"] = gloo_ratio(row);
+    }
     array.push_back(std::move(o));
   }
   nlohmann::ordered_json s;
@@ -157,6 +194,12 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
     s["median_ratio"] = summary.median_ratio;
     s["mpi_library"] = info.mpi_library;
     s["malloc_keeps_freed"] = info.malloc_keeps_freed;
+  }
+  if (summary.has_gloo) {
+    s["avg_gloo_ring_busbw"] = summary.avg_gloo_ring_busbw;
+    s["avg_gloo_hd_busbw"] = summary.avg_gloo_hd_busbw;
+    s["median_gloo_ratio"] = summary.median_gloo_ratio;
+    s["gloo_library"] = info.gloo_library;
   }
   array.push_back(std::move(s));
   std::ofstream file(path);

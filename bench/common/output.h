@@ -24,10 +24,17 @@ struct ResultRow {
   bool has_mpi = false;    ///< the --compare mpi columns below are set
   double mpi_time_us = 0;
   double mpi_busbw = 0;
+  bool has_gloo = false;   ///< the --compare gloo columns below are set
+  double gloo_ring_time_us = 0;  ///< Gloo's AllreduceRingChunked, same buffer, same run
+  double gloo_ring_busbw = 0;
+  double gloo_hd_time_us = 0;    ///< Gloo's AllreduceHalvingDoubling
+  double gloo_hd_busbw = 0;
 };
 
 /// ours busbw / mpi busbw (0 when MPI's is 0).
 double ratio(const ResultRow& row);
+/// ours busbw / the better of Gloo's two busbw (0 when both are 0).
+double gloo_ratio(const ResultRow& row);
 
 /// The footer's numbers, computed once for the table and the JSON summary record.
 struct Summary {
@@ -36,6 +43,10 @@ struct Summary {
   bool has_mpi = false;            ///< --compare mpi: the two values below are set
   double avg_mpi_busbw = 0;
   double median_ratio = 0;         ///< median over rows of busbw / mpi busbw
+  bool has_gloo = false;           ///< --compare gloo: the values below are set
+  double avg_gloo_ring_busbw = 0;
+  double avg_gloo_hd_busbw = 0;
+  double median_gloo_ratio = 0;    ///< median over rows of busbw / Gloo's best busbw
 };
 
 /// Summarises the rows of one sweep.
@@ -51,20 +62,23 @@ struct RunInfo {
   int warmup_iters = 0;
   std::string mpi_library;  ///< --compare mpi: MPI_Get_library_version's first line, else empty
   bool malloc_keeps_freed = false;  ///< MALLOC_MMAP_MAX_=0 was set (Open MPI at its best)
+  std::string gloo_library;  ///< --compare gloo: "gloo 0.5.0 (tcp transport)", else empty
 };
 
-/// The column header lines ("#  size  count ..." and the units line).
-void print_table_header(std::ostream& out, bool with_mpi);
+/// The column header lines ("#  size  count ..." and the units line); the MPI columns, then the
+/// Gloo columns (ring busbw, hd busbw, ratio to the better) when asked.
+void print_table_header(std::ostream& out, bool with_mpi, bool with_gloo = false);
 /// One row in the header's column layout.
 void print_table_row(std::ostream& out, const ResultRow& row);
 /// nccl-tests' footer, formatted as they do ("# %-20s : %d %s", "# %-20s : %g"):
 /// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X", then with MPI its
-/// average and the median ratio, then "#".
+/// average and the median ratio, with Gloo its two averages and the median ratio, then "#".
 void print_table_footer(std::ostream& out, const Summary& summary);
 
 /// Writes `rows` as a JSON array to `path`: one object per row ("record": "row", then the keys
 /// collective, size, count, type, redop, ranks, backend, time_us, algbw, busbw, wrong (null when
-/// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio), then one summary object
+/// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio, for --compare gloo,
+/// gloo_ring_time_us, gloo_ring_busbw, gloo_hd_time_us, gloo_hd_busbw, gloo_ratio), then one summary object
 /// ("record": "summary": the RunInfo and the Summary). @throws mwms::BackendError if unwritable.
 void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
                 const Summary& summary);

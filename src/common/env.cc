@@ -42,6 +42,10 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SHM_RING_BYTES", EnvType::kInt, "0", ">= 0",
        "Capacity of each shared-memory ring, in bytes (rounded up to 4096); 0: 4 x "
        "MWMS_CHUNK_BYTES."},
+      {"MWMS_NSOCKS_PERPEER", EnvType::kInt, "1", "1-16",
+       "TCP streams per peer pair; payloads are striped across them in MWMS_CHUNK_BYTES pieces."},
+      {"MWMS_SOCKET_BUFFER_BYTES", EnvType::kInt, "0", "0-1073741824",
+       "Send and receive buffer of each TCP data socket; 0 leaves them to kernel autotuning."},
       {"MWMS_TRACE_FILE", EnvType::kString, "", "a path; %r becomes the rank",
        "Writes a Chrome trace (chrome://tracing, Perfetto) of every collective of each rank."},
       {"MWMS_TRACE_BUFFER", EnvType::kInt, "0", "0-1000000",

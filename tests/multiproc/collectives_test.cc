@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "kernels/reduce.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
@@ -295,6 +296,45 @@ TEST_CASE("steady-state collectives allocate nothing", "[tcp][multiproc]") {
     INFO(mwms::testing::describe(results));
     for (const auto& r : results) REQUIRE(r.exit_code == 0);
   }
+}
+
+// Note [tcp stripes]: 3 streams per peer and 8 KiB stripes, so that every payload above one
+// chunk is spread over all streams (and the envelope rides on stream 0 alone), with 64 KiB
+// socket buffers (MWMS_SOCKET_BUFFER_BYTES): the whole matrix must come out exact, and
+// steady-state collectives must still allocate nothing over TCP.
+TEST_CASE("several TCP streams per peer: every collective exact, nothing allocated",
+          "[tcp][multiproc]") {
+  ::setenv("MWMS_NSOCKS_PERPEER", "3", 1);
+  ::setenv("MWMS_CHUNK_BYTES", "8192", 1);
+  // Fixed socket buffers far below a message (no autotuning): every stream fills up and drains.
+  ::setenv("MWMS_SOCKET_BUFFER_BYTES", "65536", 1);
+  if (mwms::common::env_int("MWMS_NSOCKS_PERPEER") != 3 ||
+      mwms::common::env_int("MWMS_CHUNK_BYTES") != 8192 ||
+      mwms::common::env_int("MWMS_SOCKET_BUFFER_BYTES") != 65536) {
+    WARN("skipped: this test binary read the variables before; run this case alone (ctest does)");
+    return;
+  }
+  run_everything({3, false, -1, mwms::TransportChoice::kTcp, "auto", true});
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto body = [&](int, const std::string& tf_config, auto report) {
+    mwms::CommunicatorOptions copts;
+    copts.transport = mwms::TransportChoice::kTcp;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+    report(comm->describe());
+    std::vector<float> big(3u << 20), out(1u << 20);
+    auto round = [&] {
+      comm->all_reduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kMean);
+      comm->reduce_scatter(big.data(), out.data(), 1u << 20, DataType::kFloat32, ReduceOp::kSum);
+      comm->all_gather(out.data(), big.data(), 1u << 20, DataType::kFloat32);
+      comm->broadcast(big.data(), 100000, DataType::kFloat32, /*root=*/2);
+    };
+    mwms::testing::expect_no_allocations(round, report);
+  };
+  auto results = mwms::testing::run_ranks(opts, body);
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) REQUIRE(r.exit_code == 0);
 }
 
 // Hidden ([.netns]): needs test hosts (tests/tools/netns_hosts.sh run 2 -- ...), run by the

@@ -7,9 +7,12 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
+#include "common/env.h"
 #include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
@@ -272,5 +275,80 @@ TEST_CASE("abort tells the peers which rank gave up and why", "[tcp][fault]") {
     CHECK(results[r].exit_code == 1);
     CHECK_THAT(results[r].output, Contains("rank 1 failed: loss became NaN at step 7"));
     CHECK(results[r].seconds < 2);
+  }
+}
+
+TEST_CASE("ranks opening different numbers of TCP streams fail naming MWMS_NSOCKS_PERPEER",
+          "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    ::setenv("MWMS_NSOCKS_PERPEER", rank == 1 ? "2" : "1", 1);
+    if (mwms::common::env_int("MWMS_NSOCKS_PERPEER") != rank + 1) {
+      report("cached: this test binary read MWMS_NSOCKS_PERPEER before forking");
+      return;
+    }
+    mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(5, 5));
+    report("created");
+  });
+  INFO(mwms::testing::describe(results));
+  if (results[0].output.find("cached: ") != std::string::npos) {
+    WARN("skipped: run this test case in its own process (ctest does)");
+    return;
+  }
+  // Rank 0 accepts rank 1's streams and reads the count in their hellos: it names rank 1, both
+  // counts and the variable. Rank 1 cannot tell (it connects and sends), but it must fail too
+  // when rank 0 leaves, not form a communicator.
+  CHECK(results[0].exit_code == 1);
+  CHECK_THAT(results[0].output, Contains("worker 1 opens 2 TCP stream(s) to worker 0, which "
+                                         "expects 1"));
+  CHECK_THAT(results[0].output, Contains("MWMS_NSOCKS_PERPEER must be the same on every rank"));
+  CHECK(results[1].exit_code == 1);
+  CHECK(results[1].seconds < 20);
+}
+
+// Hidden ([.partition]): needs 3 test hosts (tests/tools/netns_hosts.sh run 3 -- ...), run by the
+// netns:partition CTest test with a short MWMS_TIMEOUT_SECONDS. Unlike a killed peer, a host cut
+// off the network closes nothing: its sockets stay open, packets to it are dropped silently and
+// no RST ever comes back, so the survivors can only learn of it through their deadlines and the
+// stall notices on the control links they still share. Each must fail naming the host that was
+// cut off (its rank and its address) within about the timeout, not hang and not blame another.
+TEST_CASE("a host cut off mid all-reduce makes every other rank fail naming it", "[.partition]") {
+  const auto& hosts = mwms::testing::test_hosts();
+  REQUIRE(hosts.size() == 3);
+  const char* timeout_env = std::getenv("MWMS_TIMEOUT_SECONDS");
+  REQUIRE(timeout_env != nullptr);
+  const double timeout = std::atof(timeout_env);
+  REQUIRE(timeout > 0);
+  // The bridge-side end of host 2's veth ("h2" in the switch namespace PREFIXsw, where host 2's
+  // namespace is PREFIXh2: tests/tools/netns_hosts.sh).
+  const std::string ns = hosts[2].netns;
+  const std::string sw = ns.substr(0, ns.rfind('h')) + "sw";
+  const std::string cut = "ip -n " + sw + " link set h2 down";
+  LaunchOptions opts;
+  opts.world_size = 3;  // one rank per host: every pair talks TCP across the bridge
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
+    mwms::CommunicatorOptions o;
+    o.connect_timeout_seconds = 20;  // timeout_seconds left 0: MWMS_TIMEOUT_SECONDS applies
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
+    std::vector<float> v(1 << 20, 1.0f);  // 4 MiB: the ring, bytes in flight on every link
+    for (int iter = 0; iter < 100000; ++iter) {
+      if (rank == 2 && iter == 5) {
+        if (std::system(cut.c_str()) != 0) throw std::runtime_error("could not run: " + cut);
+        report("cut at iteration " + std::to_string(iter));
+      }
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kMean);
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK_THAT(results[2].output, Contains("cut at iteration 5"));
+  for (int r : {0, 1}) {
+    CHECK(results[r].exit_code == 1);
+    CHECK_FALSE(results[r].timed_out);
+    CHECK_THAT(results[r].output, Contains("peer rank 2 (worker 2 at " + hosts[2].address + ":"));
+    // Connect, five all-reduces, the cut, then at most a timeout and the abort relay (~1 s).
+    CHECK(results[r].seconds < timeout + 10);
   }
 }

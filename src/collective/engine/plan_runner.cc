@@ -309,7 +309,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   if (want_read) {
     Link& l = link_to(ts[st.r].recv_peer, ctx);
     if (l.wait_fd() >= 0) {
-      fds[k++] = {l.wait_fd(), POLLIN, 0};
+      fds[k++] = {l.wait_fd(), l.wait_events(POLLIN), 0};
     } else {
       sleeper = &l;
     }
@@ -317,7 +317,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   if (want_write) {
     Link& l = link_to(ts[st.s].send_peer, ctx);
     if (l.wait_fd() >= 0) {
-      fds[k++] = {l.wait_fd(), POLLOUT, 0};
+      fds[k++] = {l.wait_fd(), l.wait_events(POLLOUT), 0};
     } else if (sleeper == nullptr) {
       sleeper = &l;
     }

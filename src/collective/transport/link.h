@@ -108,6 +108,10 @@ class Link {
 
   /// A descriptor to poll(2) on while blocked (POLLIN for receives, POLLOUT for sends), or -1.
   virtual int wait_fd() const noexcept { return -1; }
+  /// The poll(2) events to ask of wait_fd() for `wanted` (POLLIN: a receive is blocked, POLLOUT:
+  /// a send): `wanted` itself for a socket; POLLIN for a descriptor that only ever polls
+  /// readable, such as an epoll set (Note [tcp wait fd]).
+  virtual short wait_events(short wanted) const noexcept { return wanted; }
   /// Sleeps at most `max_seconds` or until the link may have progressed, for links without a
   /// descriptor (shm: a futex). `for_send`/`for_recv` say which direction is blocked.
   virtual void wait(double max_seconds, bool for_send, bool for_recv);

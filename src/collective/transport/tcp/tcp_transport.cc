@@ -1,9 +1,15 @@
 #include "collective/transport/tcp/tcp_transport.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "bootstrap/rendezvous.h"
 #include "collective/transport/tcp/tcp_link.h"
+#include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
@@ -28,13 +34,18 @@ ErrorContext mesh_context(const ResolvedCluster& c, int peer) {
 }
 
 common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
-                          TransportKind transport, common::Deadline deadline, double timeout) {
+                          TransportKind transport, common::Deadline deadline, double timeout,
+                          int stream = 0, int streams = 1) {
   auto [host, port] = split_address(c.ring[static_cast<std::size_t>(peer)]);
   std::string error;
   common::Socket s = common::connect_tcp(host, port, deadline, &error);
   json hello{{"rank", c.task_id},
              {"fingerprint", c.cluster.fingerprint()},
              {"transport", transport_name(transport)}};
+  if (kind == MessageKind::kRingData) {  // Note [tcp stripes]: which of the pair's streams
+    hello["stream"] = stream;
+    hello["streams"] = streams;
+  }
   if (!s.valid() ||
       bootstrap::send_message(s.fd(), kind, hello.dump(), deadline).status != common::IoStatus::kOk) {
     throw BootstrapError(c.task_name() + " could not connect to " + c.task_name_of_rank(peer) +
@@ -49,14 +60,16 @@ common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
 // pair uses TCP, its data link.
 void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener,
                         const std::vector<TransportKind>& kinds, common::Deadline deadline,
-                        double timeout, MeshSockets* out) {
+                        double timeout, int streams, MeshSockets* out) {
   const int n = c.num_workers;
   auto missing = [&]() {
     std::string list;
     for (int p = c.task_id + 1; p < n; ++p) {
       bool need_data = kinds[static_cast<std::size_t>(p)] == TransportKind::kTcp;
-      if (!out->control[static_cast<std::size_t>(p)].valid() ||
-          (need_data && !out->data[static_cast<std::size_t>(p)].valid())) {
+      const auto& data = out->data[static_cast<std::size_t>(p)];
+      bool have_data = std::all_of(data.begin(), data.end(),
+                                   [](const common::Socket& s) { return s.valid(); });
+      if (!out->control[static_cast<std::size_t>(p)].valid() || (need_data && !have_data)) {
         list += (list.empty() ? "" : ", ") + c.task_name_of_rank(p) + " (" +
                 c.ring[static_cast<std::size_t>(p)] + ")";
       }
@@ -102,52 +115,130 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
                                " (MWMS_TRANSPORT and MWMS_SHM_DISABLE must agree on every rank)",
                            mesh_context(c, peer));
     }
-    auto& slot = kind == MessageKind::kRingData ? out->data : out->control;
-    if (kind == MessageKind::kRingData && kinds[static_cast<std::size_t>(peer)] != TransportKind::kTcp) {
+    if (kind == MessageKind::kRingControl) {
+      if (!out->control[static_cast<std::size_t>(peer)].valid()) {
+        out->control[static_cast<std::size_t>(peer)] = std::move(s);
+      }
       continue;
     }
-    if (!slot[static_cast<std::size_t>(peer)].valid()) slot[static_cast<std::size_t>(peer)] = std::move(s);
+    if (kinds[static_cast<std::size_t>(peer)] != TransportKind::kTcp) continue;
+    auto field = [&](const char* key, int absent) {
+      return hello.contains(key) && hello[key].is_number_integer() ? hello[key].get<int>() : absent;
+    };
+    const int theirs = field("streams", 1);
+    const int stream = field("stream", -1);
+    if (theirs != streams) {
+      throw BootstrapError(c.task_name_of_rank(peer) + " opens " + std::to_string(theirs) +
+                               " TCP stream(s) to " + c.task_name() + ", which expects " +
+                               std::to_string(streams) +
+                               " (MWMS_NSOCKS_PERPEER must be the same on every rank)",
+                           mesh_context(c, peer));
+    }
+    auto& data = out->data[static_cast<std::size_t>(peer)];
+    if (stream >= 0 && stream < streams && !data[static_cast<std::size_t>(stream)].valid()) {
+      data[static_cast<std::size_t>(stream)] = std::move(s);
+    }
   }
+}
+
+// Note [socket buffers]: by default (MWMS_SOCKET_BUFFER_BYTES=0) Linux autotunes each socket's
+// buffers within net.ipv4.tcp_wmem/tcp_rmem (kernel defaults: up to 4 MiB / 6 MiB), growing them
+// with the measured bandwidth-delay product. Setting SO_SNDBUF/SO_RCVBUF fixes them and turns
+// that autotuning off for the socket; the kernel doubles the value (bookkeeping overhead) and
+// caps it at net.core.wmem_max/rmem_max (212992 by default) unless the process may use the
+// *FORCE options (CAP_NET_ADMIN), which is tried first. The receive window's scale is agreed at
+// connect time from the system limits, so sizing after connect still opens a large window.
+void size_socket_buffers(int fd, int bytes) {
+  for (auto [force, plain] :
+       {std::pair{SO_SNDBUFFORCE, SO_SNDBUF}, std::pair{SO_RCVBUFFORCE, SO_RCVBUF}}) {
+    if (::setsockopt(fd, SOL_SOCKET, force, &bytes, sizeof(bytes)) != 0) {
+      ::setsockopt(fd, SOL_SOCKET, plain, &bytes, sizeof(bytes));
+    }
+  }
+  int snd = 0, rcv = 0;
+  socklen_t len = sizeof(int);
+  ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len);
+  len = sizeof(int);
+  ::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
+  MWMS_LOG_DEBUG(kNet, "socket buffers asked " << bytes << " got send " << snd << " receive "
+                                                << rcv);
 }
 
 }  // namespace
 
+int tcp_streams_per_peer() {
+  const long long k = common::env_int("MWMS_NSOCKS_PERPEER");
+  if (k < 1 || k > TcpLink::kMaxStreams) {
+    throw InvalidArgument("MWMS_NSOCKS_PERPEER=" + std::to_string(k) + " is outside 1.." +
+                          std::to_string(TcpLink::kMaxStreams));
+  }
+  return static_cast<int>(k);
+}
+
+long long socket_buffer_bytes() {
+  const long long b = common::env_int("MWMS_SOCKET_BUFFER_BYTES");
+  if (b < 0 || b > (1LL << 30)) {
+    throw InvalidArgument("MWMS_SOCKET_BUFFER_BYTES=" + std::to_string(b) +
+                          " is outside 0 (kernel autotuning) .. 1073741824");
+  }
+  return b;
+}
+
 MeshSockets connect_mesh(const ResolvedCluster& c, const common::Socket& listener,
                          const std::vector<TransportKind>& kinds, double timeout_seconds) {
   const int n = c.num_workers;
+  const int streams = tcp_streams_per_peer();
   MeshSockets out;
   out.control.resize(static_cast<std::size_t>(n));
   out.data.resize(static_cast<std::size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p != c.task_id && kinds[static_cast<std::size_t>(p)] == TransportKind::kTcp) {
+      out.data[static_cast<std::size_t>(p)].resize(static_cast<std::size_t>(streams));
+    }
+  }
   common::Deadline deadline = common::deadline_after(timeout_seconds);
   // Connect to every lower rank first (their listeners queue us), then accept the higher ones.
   for (int p = 0; p < c.task_id; ++p) {
     TransportKind k = kinds[static_cast<std::size_t>(p)];
     out.control[static_cast<std::size_t>(p)] =
         connect_to(c, p, MessageKind::kRingControl, k, deadline, timeout_seconds);
-    if (k == TransportKind::kTcp) {
-      out.data[static_cast<std::size_t>(p)] =
-          connect_to(c, p, MessageKind::kRingData, k, deadline, timeout_seconds);
+    for (int i = 0; k == TransportKind::kTcp && i < streams; ++i) {
+      out.data[static_cast<std::size_t>(p)][static_cast<std::size_t>(i)] =
+          connect_to(c, p, MessageKind::kRingData, k, deadline, timeout_seconds, i, streams);
     }
   }
-  accept_from_higher(c, listener, kinds, deadline, timeout_seconds, &out);
-  for (auto* v : {&out.control, &out.data}) {
-    for (common::Socket& s : *v) {
-      if (s.valid()) common::tune_stream_socket(s.fd());
+  accept_from_higher(c, listener, kinds, deadline, timeout_seconds, streams, &out);
+  for (common::Socket& s : out.control) {
+    if (s.valid()) common::tune_stream_socket(s.fd());
+  }
+  const long long buffer = socket_buffer_bytes();
+  for (auto& pair : out.data) {
+    for (common::Socket& s : pair) {
+      common::tune_stream_socket(s.fd());
+      if (buffer > 0) size_socket_buffers(s.fd(), static_cast<int>(buffer));
     }
   }
   MWMS_LOG_DEBUG(kRing, "links connected to " << n - 1 << " peers");
+  if (c.is_chief) {
+    MWMS_LOG_INFO(kRing, "tcp data links: " << streams << " stream(s) per peer, socket buffers "
+                                            << (buffer > 0 ? std::to_string(buffer) + " bytes"
+                                                           : std::string("autotuned")));
+  }
   return out;
 }
 
-TcpTransport::TcpTransport(std::vector<common::Socket> data, std::size_t chunk_bytes)
+TcpTransport::TcpTransport(std::vector<std::vector<common::Socket>> data,
+                           std::size_t chunk_bytes)
     : data_(std::move(data)), caps_(tcp_caps(chunk_bytes)) {}
 
 std::vector<std::unique_ptr<Link>> TcpTransport::connect(const std::vector<int>& peers,
                                                          const ConnectContext&) {
   std::vector<std::unique_ptr<Link>> links;
   for (int p : peers) {
-    MWMS_CHECK(data_[static_cast<std::size_t>(p)].valid(), "no TCP socket for rank " + std::to_string(p));
-    links.push_back(std::make_unique<TcpLink>(p, std::move(data_[static_cast<std::size_t>(p)])));
+    MWMS_CHECK(!data_[static_cast<std::size_t>(p)].empty(),
+               "no TCP socket for rank " + std::to_string(p));
+    links.push_back(std::make_unique<TcpLink>(p, std::move(data_[static_cast<std::size_t>(p)]),
+                                              caps_.chunk_bytes));
   }
   return links;
 }
