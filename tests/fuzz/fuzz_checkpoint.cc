@@ -43,8 +43,8 @@ const std::string& scratch_dir() {
                               "/mwms-fuzz-ckpt-XXXXXX");
     if (::mkdtemp(d->data()) == nullptr) std::abort();
     std::atexit([] {
-      for (const char* name : {"/ckpt.bin", "/ckpt.prev.bin", "/out/ckpt.bin",
-                               "/out/ckpt.prev.bin"}) {
+      for (const char* name :
+           {"/ckpt.bin", "/ckpt.prev.bin", "/out/ckpt.bin", "/out/ckpt.prev.bin"}) {
         ::unlink((scratch_dir() + name).c_str());
       }
       ::rmdir((scratch_dir() + "/out").c_str());
