@@ -176,7 +176,7 @@ class Runner {
   // all-reduce in a 4-, a 2- and an 8-byte type (16-bit types are staged in float32), the other
   // collectives once, and an asynchronous all-reduce and broadcast (the progress thread).
   void warm_up() {
-    std::uint64_t index = 1ull << 40;  // distinct from the run's step indices
+    std::uint64_t index = mwms::soak::kWarmUpFirstIndex;
     const struct {
       Kind kind;
       mwms::DataType dtype;

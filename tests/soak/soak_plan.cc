@@ -171,7 +171,12 @@ double mean_of(double sum, DataType t, int n) {
 [[noreturn]] void wrong(const Step& s, const std::string& where, std::size_t count,
                         std::size_t element, const std::string& got, const std::string& want) {
   std::ostringstream msg;
-  msg << "soak step " << s.index << " (" << where << "): " << kind_name(s.kind) << " "
+  if (s.index >= kWarmUpFirstIndex) {
+    msg << "soak warm-up step " << s.index - kWarmUpFirstIndex;
+  } else {
+    msg << "soak step " << s.index;
+  }
+  msg << " (" << where << "): " << kind_name(s.kind) << " "
       << to_string(s.dtype) << " " << to_string(s.op) << " count " << count
       << (s.in_place ? " in place" : "") << (s.async ? " async" : "") << ": element " << element
       << " is " << got << ", expected " << want;

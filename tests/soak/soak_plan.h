@@ -23,6 +23,9 @@
 
 namespace mwms::soak {
 
+/// Steps of the warm-up are numbered from here (the run's from 0), so that their inputs differ.
+constexpr std::uint64_t kWarmUpFirstIndex = std::uint64_t{1} << 40;
+
 /// The collectives the soak draws.
 enum class Kind : std::uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
 
