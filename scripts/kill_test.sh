@@ -71,7 +71,9 @@ shm_of() {
   done | sed 's/ (deleted)$//' | sort -u
 }
 
-printf 'run\ttransport\tranks\tsignal\tvictim\tdelay_ms\tsurvivors\tfailed\tnamed\tclasses\tdetect_ms\texit_ms\thung\twrong\tshm_left\tok\n' > "$out/results.tsv"
+columns=(run transport ranks signal victim delay_ms survivors failed named classes detect_ms
+  exit_ms hung wrong shm_left ok)
+(IFS=$'\t'; echo "${columns[*]}") > "$out/results.tsv"
 failures=0
 for ((run = 0; run < runs; ++run)); do
   t=${tlist[$((run % ${#tlist[@]}))]}
@@ -90,7 +92,8 @@ for ((run = 0; run < runs; ++run)); do
     logs=("$dir/mpirun.log")
   else
     launcher=""
-    mapfile -t cfgs < <("$mwmsrun" -np "$n" --print-tf-config 2> "$dir/mwmsrun.err" | grep "^TF_CONFIG=")
+    mapfile -t cfgs < <("$mwmsrun" -np "$n" --print-tf-config 2> "$dir/mwmsrun.err" |
+      grep "^TF_CONFIG=")
     logs=()
     for ((r = 0; r < n; ++r)); do
       # mwmsrun prints one line per task: TF_CONFIG='{...}' (the JSON after the first '=')
@@ -104,7 +107,8 @@ for ((run = 0; run < runs; ++run)); do
   fi
   # Every rank READY (its pid from its own line: under mpirun the ranks are not our children).
   deadline=$(($(date +%s) + 60))
-  while [ "$(cat "${logs[@]}" 2> /dev/null | grep -c '^READY')" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+  while [ "$(cat "${logs[@]}" 2> /dev/null | grep -c '^READY')" -lt "$n" ] &&
+    [ "$(date +%s)" -lt "$deadline" ]; do
     sleep 0.05
   done
   for ((r = 0; r < n; ++r)); do
@@ -117,7 +121,8 @@ for ((run = 0; run < runs; ++run)); do
     echo "kill_test: run $run ($t, n=$n): only $ready of $n ranks READY within 60 s; logs in $dir"
     for p in "${pids[@]}"; do [ -n "$p" ] && kill -KILL "$p" 2> /dev/null; done
     [ -n "$launcher" ] && kill -KILL "$launcher" 2> /dev/null
-    printf '%d\t%s\t%d\t-\t-\t-\t-\t-\t-\tstartup\t-\t-\t0\t0\t0\t0\n' "$run" "$t" "$n" >> "$out/results.tsv"
+    printf '%d\t%s\t%d\t-\t-\t-\t-\t-\t-\tstartup\t-\t-\t0\t0\t0\t0\n' "$run" "$t" "$n" \
+      >> "$out/results.tsv"
     failures=$((failures + 1)) keep=1
     continue
   fi
@@ -155,7 +160,8 @@ for ((run = 0; run < runs; ++run)); do
   failed=0 named=0 wrong=0 classes="" detect="" exits=""
   for ((r = 0; r < n; ++r)); do
     [ "$r" -eq "$victim" ] && continue
-    line=$(cat "${logs[@]}" | awk -v r="$r" '($1 == "FAILED" || $1 == "WRONG") && $3 == r {print; exit}')
+    line=$(cat "${logs[@]}" |
+      awk -v r="$r" '($1 == "FAILED" || $1 == "WRONG") && $3 == r {print; exit}')
     case "$line" in
       FAILED*)
         failed=$((failed + 1))
@@ -171,7 +177,9 @@ for ((run = 0; run < runs; ++run)); do
   unset exit_ns
   sleep 0.2
   shm_left=0
-  for f in $ours; do [ -e "$f" ] && { shm_left=$((shm_left + 1)); echo "$f" >> "$dir/shm_left"; }; done
+  for f in $ours; do
+    [ -e "$f" ] && { shm_left=$((shm_left + 1)); echo "$f" >> "$dir/shm_left"; }
+  done
   survivors=$((n - 1))
   # Note [stop blame]: a killed rank closes its sockets, so every survivor hears of that rank;
   # a stopped one only goes quiet, and a survivor waiting on another survivor (itself waiting on
@@ -188,26 +196,41 @@ for ((run = 0; run < runs; ++run)); do
     "$sig" "$victim" "$delay_ms" "$survivors" "$failed" "$named" "${classes:--}" \
     "$(echo $detect | tr ' ' ,)" "$(echo $exits | tr ' ' ,)" "$hung" "$wrong" "$shm_left" "$ok" \
     >> "$out/results.tsv"
-  printf 'kill_test: run %2d %-4s n=%d SIG%-4s victim %d: %d/%d survivors failed (%s), %d named it, detect ms [%s], exit ms [%s]%s\n' \
-    "$run" "$t" "$n" "$sig" "$victim" "$failed" "$survivors" "${classes:--}" "$named" \
-    "$(echo $detect)" "$(echo $exits)" "$([ "$ok" -eq 1 ] && echo "" || echo " FAILED (hung $hung, wrong $wrong, shm left $shm_left; logs in $dir)")"
+  verdict=""
+  [ "$ok" -eq 1 ] || verdict=" FAILED (hung $hung, wrong $wrong, shm left $shm_left; logs in $dir)"
+  printf 'kill_test: run %2d %-4s n=%d SIG%-4s victim %d: %d/%d survivors failed (%s), %d named it,'\
+' error ms [%s], exit ms [%s]%s\n' "$run" "$t" "$n" "$sig" "$victim" "$failed" "$survivors" \
+    "${classes:--}" "$named" "$(echo $detect)" "$(echo $exits)" "$verdict"
   [ "$ok" -eq 1 ] && [ "$keep" -eq 0 ] && rm -rf "$dir"
 done
 
 # Summary: detection times over every survivor, per signal.
+tsv=$out/results.tsv
 summary() {  # $1 = SIGKILL|SIGSTOP, $2 = column (11 detect, 12 exit)
-  awk -F'\t' -v s="$1" -v c="$2" 'NR > 1 && $4 == s {n = split($c, a, ","); for (i = 1; i <= n; ++i) if (a[i] != "") print a[i]}' \
-    "$out/results.tsv" | sort -n | awk '{v[NR] = $1} END {if (NR == 0) {print "none"; exit}
+  awk -F'\t' -v s="$1" -v c="$2" 'NR > 1 && $4 == s {
+      n = split($c, a, ","); for (i = 1; i <= n; ++i) if (a[i] != "") print a[i] }' "$tsv" |
+    sort -n | awk '{v[NR] = $1} END {if (NR == 0) {print "none"; exit}
       printf "min %d median %d max %d ms (%d survivors)", v[1], v[int((NR + 1) / 2)], v[NR], NR}'
 }
-total=$((runs))
-echo "kill_test: $((total - failures))/$total runs passed (seed $seed, timeout $timeout s, transports ${tlist[*]})"
+col_sum() {  # $1 = column, $2 = signal (optional)
+  awk -F'\t' -v c="$1" -v s="${2:-}" 'NR > 1 && (s == "" || $4 == s) {t += $c} END {print t + 0}' "$tsv"
+}
+echo "kill_test: $((runs - failures))/$runs runs passed (seed $seed, timeout $timeout s," \
+  "transports ${tlist[*]})"
 for s in SIGKILL SIGSTOP; do
-  c=$(awk -F'\t' -v s="$s" 'NR > 1 && $4 == s' "$out/results.tsv" | wc -l)
+  c=$(awk -F'\t' -v s="$s" 'NR > 1 && $4 == s' "$tsv" | wc -l)
   [ "$c" -gt 0 ] || continue
-  echo "kill_test: $s: $c runs; error to the caller: $(summary "$s" 11); process exit: $(summary "$s" 12)"
-  echo "kill_test: $s: classes $(awk -F'\t' -v s="$s" 'NR > 1 && $4 == s {print $10}' "$out/results.tsv" | tr ',' '\n' | sort | uniq -c | awk '{printf "%s%s x%d", sep, $2, $1; sep = ", "}')"
+  classes=$(awk -F'\t' -v s="$s" 'NR > 1 && $4 == s {print $10}' "$tsv" | tr ',' '\n' |
+    sort | uniq -c | awk '{printf "%s%s in %d runs", sep, $2, $1; sep = ", "}')
+  echo "kill_test: $s: $c runs, $(col_sum 8 "$s") of $(col_sum 7 "$s") survivors failed" \
+    "($classes), $(col_sum 9 "$s") named the victim"
+  echo "kill_test: $s: signal to error: $(summary "$s" 11); to exit: $(summary "$s" 12)"
 done
-echo "kill_test: hung $(awk -F'\t' 'NR > 1 {s += $13} END {print s + 0}' "$out/results.tsv"), wrong results (data lost) $(awk -F'\t' 'NR > 1 {s += $14} END {print s + 0}' "$out/results.tsv"), /dev/shm entries left $(awk -F'\t' 'NR > 1 {s += $15} END {print s + 0}' "$out/results.tsv")"
-if [ "$failures" -eq 0 ] && [ "$keep" -eq 0 ]; then rm -rf "$out"; else echo "kill_test: results in $out/results.tsv"; fi
+echo "kill_test: processes hung $(col_sum 13), wrong results (data lost) $(col_sum 14)," \
+  "/dev/shm files left $(col_sum 15)"
+if [ "$failures" -eq 0 ] && [ "$keep" -eq 0 ]; then
+  rm -rf "$out"
+else
+  echo "kill_test: results in $tsv"
+fi
 [ "$failures" -eq 0 ]
