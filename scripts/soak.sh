@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
 done
 soak=$build/bin/mwms_soak
 [ -x "$soak" ] || { echo "soak.sh: build $soak first (cmake --build $build --target mwms_soak)"; exit 2; }
-common=(--collectives 10000 --max-bytes 4M --seed 2026 --json "$build/soak.json")
+common=(--collectives 10000 --max-bytes 4M --seed 2026 --json "$build/soak.json" --progress)
 if [ "$fork" -eq 0 ] && command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   exec mpirun -np 4 --oversubscribe --bind-to none "$soak" "${common[@]}" \

@@ -55,6 +55,7 @@ struct Config {
   double timeout_seconds = 120;
   long rss_growth_kib = 1024;  // private memory (Note [soak memory])
   std::string json;
+  bool progress = false;  // rank 0 prints every 5 % on stderr
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -141,6 +142,10 @@ class Runner {
     const auto t0 = std::chrono::steady_clock::now();
     warm_up();
     const auto t1 = std::chrono::steady_clock::now();
+    if (cfg_.progress && rank_ == 0) {
+      std::cerr << "soak: warm-up done in " << std::chrono::duration<double>(t1 - t0).count()
+                << " s" << std::endl;
+    }
     sample(true);
     mwms::soak::PlanOptions po;
     po.seed = cfg_.seed;
@@ -157,7 +162,15 @@ class Runner {
         start(slots_[0], s);
         finish(slots_[0]);
       }
-      if ((i + 1) % std::max<std::uint64_t>(1, cfg_.collectives / 20) == 0) sample(false);
+      if ((i + 1) % std::max<std::uint64_t>(1, cfg_.collectives / 20) == 0) {
+        sample(false);
+        if (cfg_.progress && rank_ == 0) {
+          std::cerr << "soak: " << (i + 1) * 100 / cfg_.collectives << " % (" << i + 1
+                    << " collectives, "
+                    << std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count()
+                    << " s)" << std::endl;
+        }
+      }
     }
     for (int k = 1; k <= kAsyncSlots; ++k) finish(slots_[static_cast<std::size_t>(k)]);
     sample(false);
@@ -486,7 +499,7 @@ int usage(const std::string& why) {
   std::cerr << "mwms_soak: " << why << "\n"
             << "usage: mwms_soak [--ranks N] [--collectives N] [--seed S] [--max-bytes B[K|M]]\n"
             << "  [--transports tcp,shm,auto[,mpi]] [--algorithms auto,ring,gather,rd,rhd]\n"
-            << "  [--timeout SECONDS] [--rss-growth-kib K] [--json FILE]\n"
+            << "  [--timeout SECONDS] [--rss-growth-kib K] [--json FILE] [--progress]\n"
             << "Forks --ranks processes; under mpirun each process is one rank.\n";
   return 2;
 }
@@ -502,6 +515,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--help" || a == "-h") return usage("runs random verified collectives"), 0;
+      if (a == "--progress") {
+        cfg.progress = true;
+        continue;
+      }
       if (i + 1 >= argc) return usage("missing value after " + a);
       const std::string v = argv[++i];
       if (a == "--ranks")
