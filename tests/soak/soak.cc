@@ -124,8 +124,9 @@ struct Stats {
   std::int64_t per_kind[5] = {};
   std::int64_t per_dtype[6] = {};
   std::int64_t per_op[5] = {};
-  // Note [soak memory]: resident KiB after the warm-up, at the end and the largest sample, split
-  // into private (resident - shared: heap, stacks) and shared (the shm rings, MPI's segments).
+  // Resident KiB after the warm-up, at the end and the largest sample, split into private
+  // (resident - shared: heap, stacks) and shared (the shm rings, MPI's segments): see
+  // Note [soak memory].
   std::int64_t private_warm = 0, private_end = 0, private_max = 0;
   std::int64_t shared_warm = 0, shared_end = 0, shared_max = 0;
   std::int64_t warmup_ms = 0, run_ms = 0;
@@ -407,11 +408,14 @@ class Runner {
     }
   }
 
-  // Note [soak memory]: shared pages are the shm transport's rings (and MPI's own segments),
-  // mapped at setup and first touched only when the write position reaches them, so they may
-  // grow until every ring has wrapped once, never beyond the rings' capacity: per communicator
-  // that can use shared memory, an inbound and an outbound ring per peer, each with a control
-  // page. More than that would mean memory mapped per collective.
+  // Note [soak memory]: private memory (resident - shared in /proc/self/statm: heap, stacks)
+  // must stay flat after the warm-up, within --rss-growth-kib. Shared pages are the shm
+  // transport's rings (and Open MPI's own segments), mapped at setup and first touched only when
+  // a write position reaches them, so they may grow until every ring has wrapped once, but never
+  // beyond the capacity mapped: per communicator that can use shared memory (shm, auto, and mpi
+  // for Open MPI's segments, counted like rings) an inbound and an outbound ring per peer, each
+  // with a control page, plus 1 MiB for pages of the program's own files. More than that would
+  // mean memory mapped per collective.
   long shared_bound_kib() const {
     long long ring = mwms::common::env_int("MWMS_SHM_RING_BYTES");
     if (ring <= 0) ring = 4 * mwms::common::env_int("MWMS_CHUNK_BYTES");
