@@ -8,7 +8,8 @@
 # (collective timeout + GRACE seconds), that no survivor returned a wrong result, and that no
 # /dev/shm file the job mapped is left behind. A stopped rank is SIGKILLed once its survivors
 # are gone. A run passes when every survivor failed, every one named a killed rank (at least
-# one a stopped rank: Note [stop blame]), nothing hung, nothing was wrong and nothing was left.
+# one a stopped rank: Note [stop blame]), nothing hung, nothing was wrong, nothing was left and
+# no sanitizer report appeared in the logs (a sanitizer build: --build build-asan).
 #
 # Usage: scripts/kill_test.sh [options]
 #   -n RUNS          runs (default 50)
@@ -187,9 +188,11 @@ for ((run = 0; run < runs; ++run)); do
   # must name a stopped rank, every survivor a killed one.
   need=$survivors
   [ "$sig" = STOP ] && need=1
+  # A sanitizer build (scripts/run_sanitizers.sh) reports into the same logs: a report fails.
+  sanitizer=$(cat "${logs[@]}" | grep -c 'Sanitizer\|runtime error:' || true)
   ok=1
   [ "$failed" -eq "$survivors" ] && [ "$named" -ge "$need" ] && [ "$hung" -eq 0 ] &&
-    [ "$wrong" -eq 0 ] && [ "$shm_left" -eq 0 ] || ok=0
+    [ "$wrong" -eq 0 ] && [ "$shm_left" -eq 0 ] && [ "$sanitizer" -eq 0 ] || ok=0
   [ "$ok" -eq 1 ] || failures=$((failures + 1))
   max_of() { tr ' ' '\n' <<< "$1" | grep . | sort -n | tail -1; }
   printf '%d\t%s\t%d\tSIG%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n' "$run" "$t" "$n" \
@@ -197,7 +200,8 @@ for ((run = 0; run < runs; ++run)); do
     "$(echo $detect | tr ' ' ,)" "$(echo $exits | tr ' ' ,)" "$hung" "$wrong" "$shm_left" "$ok" \
     >> "$out/results.tsv"
   verdict=""
-  [ "$ok" -eq 1 ] || verdict=" FAILED (hung $hung, wrong $wrong, shm left $shm_left; logs in $dir)"
+  [ "$ok" -eq 1 ] || verdict=" FAILED (hung $hung, wrong $wrong, shm left $shm_left,"\
+" sanitizer reports $sanitizer; logs in $dir)"
   printf 'kill_test: run %2d %-4s n=%d SIG%-4s victim %d: %d/%d survivors failed (%s), %d named it,'\
 ' error ms [%s], exit ms [%s]%s\n' "$run" "$t" "$n" "$sig" "$victim" "$failed" "$survivors" \
     "${classes:--}" "$named" "$(echo $detect)" "$(echo $exits)" "$verdict"
