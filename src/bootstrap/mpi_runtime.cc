@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "common/logging.h"
@@ -25,8 +26,21 @@ const char* level_name(int level) {
   }
 }
 
+std::atomic<bool> g_job_failed{false};
+
+// Note [no finalize after a failure]: Open MPI's MPI_Finalize waits for every process of the job
+// (a PMIx fence). After a peer failed, a survivor that has reported its PeerError or
+// TimeoutError would then block at exit for as long as a stopped (SIGSTOP) peer stays stopped,
+// and mpirun never returns. So once a communicator was poisoned, the survivor exits without
+// MPI_Finalize: mpirun sees a process that exited without finalising and ends the rest of the
+// job, and the process keeps its own exit status (MPI_Abort would replace it).
 // Registered with std::atexit only when libmwms initialised MPI.
 void finalise_at_exit() {
+  if (g_job_failed.load(std::memory_order_acquire)) {
+    MWMS_LOG_INFO(kInit, "exiting without MPI_Finalize: a collective failed (Note [no finalize "
+                         "after a failure])");
+    return;
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -99,6 +113,8 @@ MpiRuntime& MpiRuntime::acquire() {
   g_runtime = rt;
   return *rt;
 }
+
+void MpiRuntime::note_job_failed() noexcept { g_job_failed.store(true, std::memory_order_release); }
 
 bool MpiRuntime::finalised() noexcept {
   int finalized = 0;

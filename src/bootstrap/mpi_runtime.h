@@ -51,6 +51,11 @@ class MpiRuntime {
   /// before freeing MPI objects. False when built without MPI.
   static bool finalised() noexcept;
 
+  /// Records that a collective of this process failed because of a peer (a communicator was
+  /// poisoned): libmwms then does not call MPI_Finalize at exit (Note [no finalize after a
+  /// failure]). Thread-safe, never throws, callable without MPI.
+  static void note_job_failed() noexcept;
+
   /// This process's rank and size in MPI_COMM_WORLD.
   int world_rank() const noexcept { return world_rank_; }
   int world_size() const noexcept { return world_size_; }

@@ -23,6 +23,8 @@ MpiRuntime& MpiRuntime::acquire() {
   throw BootstrapError("libmwms was built without MPI (MWMS_WITH_MPI=OFF)");
 }
 
+void MpiRuntime::note_job_failed() noexcept {}
+
 bool MpiRuntime::finalised() noexcept { return false; }
 
 std::unique_lock<std::mutex> MpiRuntime::serialise() { return {}; }
