@@ -329,7 +329,7 @@ void ControlPlane::start_heartbeat(double interval_seconds, const ErrorContext& 
   send_heartbeats(static_cast<std::uint64_t>(ms));
   if (interval_seconds <= 0 || links_.size() < 2) return;
   {
-    std::lock_guard<std::mutex> lock(reader_);
+    std::lock_guard<ReaderLock> lock(reader_);
     interval_ = interval_seconds;
     polled_ = common::Clock::now();
     std::fill(heard_.begin(), heard_.end(), polled_);
@@ -337,7 +337,7 @@ void ControlPlane::start_heartbeat(double interval_seconds, const ErrorContext& 
   try {
     thread_ = std::thread([this] { heartbeat_loop(); });
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(reader_);
+    std::lock_guard<ReaderLock> lock(reader_);
     interval_ = 0;
     MWMS_LOG_WARN(kColl, "cannot start the heartbeat thread (" << e.what()
                              << "): frozen peers are noticed by the op timeout only");
@@ -363,7 +363,7 @@ void ControlPlane::heartbeat_loop() noexcept {
     send_heartbeats(ms);
     // The engine holds reader_ for a whole collective and reads the links itself: never wait.
     if (reader_.try_lock()) {
-      std::lock_guard<std::mutex> held(reader_, std::adopt_lock);
+      std::lock_guard<ReaderLock> held(reader_, std::adopt_lock);
       check_between_collectives();
     }
     lock.lock();

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -64,6 +65,28 @@
 #include "mwms/errors.h"
 
 namespace mwms::collective {
+
+/// The lock over what the control links deliver (Note [heartbeat]): one atomic exchange to take
+/// it and a plain store to release it, half of std::mutex's cost on the hot path (the engine
+/// takes it once per collective). A blocked lock() yields until it is free: the only other
+/// holder is the heartbeat thread, for the microseconds of a non-blocking poll. BasicLockable and
+/// try_lock(), so std::unique_lock and std::lock_guard work with it.
+class ReaderLock {
+ public:
+  void lock() noexcept {
+    while (held_.exchange(true, std::memory_order_acquire)) {
+      while (held_.load(std::memory_order_relaxed)) sched_yield();
+    }
+  }
+  bool try_lock() noexcept {
+    return !held_.load(std::memory_order_relaxed) &&
+           !held_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock() noexcept { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
 
 /// Why a rank aborted; carried in the abort frame so relayed errors keep their class.
 enum class AbortCause : std::uint8_t { kPeer = 0, kMismatch = 1, kTimeout = 2 };
@@ -97,7 +120,7 @@ class ControlPlane {
   void stop_heartbeat() noexcept;
   /// The lock the engine holds while it runs a collective (Note [heartbeat]): every other member
   /// but the send_* functions and closed() must be called with it held once the heartbeat runs.
-  std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(reader_); }
+  std::unique_lock<ReaderLock> hold() { return std::unique_lock<ReaderLock>(reader_); }
   /// Throws what the heartbeat thread found between collectives (a lost peer: PeerError naming
   /// it; an abort: the class the failing rank saw), with `ctx`'s op and seq. O(1).
   void throw_if_failed(const ErrorContext& ctx) const {
@@ -185,7 +208,7 @@ class ControlPlane {
   bool finalized_sent_ = false;  // under writer_
 
   // Note [heartbeat].
-  std::mutex reader_;  // everything read off the links and every field above it updates
+  ReaderLock reader_;  // everything read off the links and every field above it updates
   std::mutex writer_;  // every frame written
   double interval_ = 0;                        // ours, seconds; 0: off
   std::vector<double> peer_interval_;          // by rank, from their heartbeats (reader_)
