@@ -205,7 +205,9 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   // Note [stall warning] (engine/plan_runner.cc): unset, at most a quarter of the timeout.
   double stall_warn = common::env_double("MWMS_STALL_WARN_SECONDS");
   if (stall_warn < 0) throw InvalidArgument("MWMS_STALL_WARN_SECONDS must be >= 0", setup);
-  if (!common::env_is_set("MWMS_STALL_WARN_SECONDS")) stall_warn = std::min(stall_warn, timeout / 4);
+  if (!common::env_is_set("MWMS_STALL_WARN_SECONDS")) {
+    stall_warn = std::min(stall_warn, timeout / 4);
+  }
   eopts.runner.stall_warn_seconds = stall_warn;
   eopts.runner.yield_while_spinning =
       rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();

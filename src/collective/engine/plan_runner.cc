@@ -271,18 +271,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
     return;
   }
   const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
-  // Note [stall warning]: the notice goes out before the first warning, so the warning of the
-  // ranks that wait behind us can name whom we wait for.
-  const double warn = options_.stall_warn_seconds;
-  const double notice_after = warn > 0 ? std::min(st.timeout, warn) / 2 : st.timeout / 2;
-  if (control_ != nullptr && !st.notice_sent && idle > notice_after && waited >= 0) {
-    control_->send_stall_notice(seq, waited);
-    st.notice_sent = true;
-  }
-  if (warn > 0 && waited >= 0 && idle >= warn * (st.warns + 1) && idle < st.timeout) {
-    st.warns = static_cast<int>(idle / warn);
-    warn_stall(seq, waited, idle, st.timeout, ctx);
-  }
+  if (waited >= 0) watch_stall(st, seq, waited, idle, ctx);
   const double left = st.timeout - idle;
   if (left <= 0) {
     int peer = control_ != nullptr ? control_->blame(seq, waited) : waited;
@@ -299,15 +288,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                        c);
   }
   if (control_ != nullptr) throw_if_finalized(seq, ctx);
-  // Note [heartbeat]: a frozen peer closes nothing; its silence on the control link tells.
-  if (control_ != nullptr && waited >= 0 && control_->lost(waited)) {
-    ErrorContext c = control_->with_peer(ctx, waited);
-    c.transport = link_to(waited, ctx).caps().name;
-    c.elapsed_seconds = since(st.start);
-    throw PeerError(control_->lost_reason(waited) + "; this rank waited for it in " + ctx.op +
-                        " seq " + std::to_string(seq),
-                    c);
-  }
+  if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
   // A peer whose control link closed may still have left its last bytes in shared memory: it is
   // dead only if the links were polled after the close was seen and nothing moved, so this is
   // checked before sleeping, never right after the poll that saw the close. A peer that
@@ -354,6 +335,33 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   }
 }
 
+// Note [stall warning]: the stall notice goes out before the first warning (at half the
+// shorter of the warning interval and the timeout), so the warning of the ranks that wait behind
+// this one can name whom it waits for.
+void PlanRunner::watch_stall(State& st, std::uint64_t seq, int waited, double idle,
+                             const ErrorContext& ctx) {
+  const double warn = options_.stall_warn_seconds;
+  const double notice_after = warn > 0 ? std::min(st.timeout, warn) / 2 : st.timeout / 2;
+  if (control_ != nullptr && !st.notice_sent && idle > notice_after) {
+    control_->send_stall_notice(seq, waited);
+    st.notice_sent = true;
+  }
+  if (warn > 0 && idle >= warn * (st.warns + 1) && idle < st.timeout) {
+    st.warns = static_cast<int>(idle / warn);
+    warn_stall(seq, waited, idle, st.timeout, ctx);
+  }
+}
+
+// Note [heartbeat]: a frozen peer closes nothing; its silence on the control link tells.
+void PlanRunner::throw_lost(const State& st, int waited, const ErrorContext& ctx) {
+  ErrorContext c = control_->with_peer(ctx, waited);
+  c.transport = link_to(waited, ctx).caps().name;
+  c.elapsed_seconds = since(st.start);
+  throw PeerError(control_->lost_reason(waited) + "; this rank waited for it in " + ctx.op +
+                      " seq " + std::to_string(ctx.seq),
+                  c);
+}
+
 // Note [stall warning]: a wait without progress for MWMS_STALL_WARN_SECONDS (default min(30 s,
 // timeout / 4)) logs one warning per interval at warn, naming the rank it waits for and, from
 // the stall notices (Note [stall blame]), the rank that one waits for in turn, and how long ago
@@ -363,7 +371,8 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
 void PlanRunner::warn_stall(std::uint64_t seq, int waited, double idle, double timeout,
                             const ErrorContext& ctx) const {
   if (!common::log_enabled(common::LogLevel::kWarn, common::LogSubsys::kColl)) return;
-  std::string who = control_ != nullptr ? control_->name_of(waited) : "rank " + std::to_string(waited);
+  std::string who =
+      control_ != nullptr ? control_->name_of(waited) : "rank " + std::to_string(waited);
   int end = waited;
   if (control_ != nullptr) {
     end = control_->blame(seq, waited);

@@ -46,6 +46,8 @@ class PlanRunner {
   bool pump_recv(const Plan& plan, State& st, const ErrorContext& ctx);
   void consume(const Plan& plan, State& st, Link& link);
   void wait(const Plan& plan, State& st, const ErrorContext& ctx);
+  void watch_stall(State& st, std::uint64_t seq, int waited, double idle, const ErrorContext& ctx);
+  [[noreturn]] void throw_lost(const State& st, int waited, const ErrorContext& ctx);
   void warn_stall(std::uint64_t seq, int waited, double idle, double timeout,
                   const ErrorContext& ctx) const;
   Link& link_to(int peer, const ErrorContext& ctx);
