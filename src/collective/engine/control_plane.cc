@@ -388,6 +388,8 @@ void ControlPlane::check_between_collectives() noexcept {
     failure_.peer = e.context().peer_rank;
     failure_.text = e.message();
     failure_.set = true;
+    MWMS_LOG_WARN(kColl, "between collectives: " << failure_.text
+                                                 << "; the next collective of this rank will fail");
     return;
   } catch (...) {
     return;  // std::bad_alloc building a message: the next collective's own waits see it
