@@ -37,8 +37,9 @@
 // to send them, and a silent rank would look frozen. The thread sends under writer_ (every frame
 // is written whole under it, so its frames never interleave with an abort or a stall notice).
 // Reading stays single-threaded: reader_ guards everything read off the control links and every
-// field it updates. The engine holds reader_ for a whole collective (EngineBackend::run: an
-// uncontended lock, no syscall, on the hot path) and reads the links in its waits, as before;
+// field it updates. The engine holds reader_ for a whole collective (EngineBackend::run: a
+// ReaderLock, one atomic exchange and one store per collective, no syscall; 2-rank 4-byte
+// all-reduces measured at main's median, 0.68-0.69 us) and reads the links in its waits, as before;
 // the thread only try_locks it, every interval, to read what arrived between collectives, so it
 // never delays a collective and a collective never waits for it except in the rare instant it
 // holds the lock. A failure it finds (a lost peer, an abort, a malformed frame) is recorded, and
