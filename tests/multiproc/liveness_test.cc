@@ -259,14 +259,16 @@ TEST_CASE("the flight recorder is logged on an abort, local and relayed, naming 
     ::setenv("MWMS_TRACE_FILE", (dir + "/trace-%r.json").c_str(), 1);
     ::setenv("MWMS_HEARTBEAT_SECONDS", "0.2", 1);
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(20));
-    for (std::size_t i = 0; i < 4; ++i) all_reduce(*comm, 10 + i);
     if (rank == 1) {
+      for (std::size_t i = 0; i < 4; ++i) all_reduce(*comm, 10 + i);
+      ::usleep(300000);  // rank 0 finishes seq 3 first (an abort fails a collective at once)
       comm->abort("loss became NaN");
       ::sleep(2);  // alive: rank 0 must learn it from the abort
       return;
     }
-    ::usleep(500000);  // the abort arrives between collectives
     try {
+      for (std::size_t i = 0; i < 4; ++i) all_reduce(*comm, 10 + i);
+      ::usleep(800000);  // the abort arrives between collectives
       all_reduce(*comm, 14);
     } catch (const mwms::PeerError& e) {
       report(std::string("peer error: ") + e.what());
@@ -284,6 +286,7 @@ TEST_CASE("the flight recorder is logged on an abort, local and relayed, naming 
   CHECK_THAT(log1, Contains("every collective of this rank: " + dir + "/trace-1.json"));
   CHECK_THAT(log0, Contains("flight recorder of rank 0: the last 2 collective(s)"));
   CHECK_THAT(log0, Contains("rank 1 failed: loss became NaN"));
-  CHECK_THAT(log0, Contains("seq 4 all_reduce 56 bytes"));  // the failed one, last
+  CHECK_THAT(log0, Contains("seq 3 all_reduce 52 bytes"));
+  CHECK_THAT(log0, Contains("FAILED"));  // the collective the abort failed, last
   CHECK_THAT(log0, Contains("every collective of this rank: " + dir + "/trace-0.json"));
 }
