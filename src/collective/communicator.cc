@@ -135,6 +135,7 @@ class FrontEnd final : public Communicator {
   }
 
   void abort(const std::string& reason) noexcept override {
+    dump_flight_recorder("abort() called by this process: " + reason);
     if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
     std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
@@ -146,6 +147,34 @@ class FrontEnd final : public Communicator {
     CollectiveArgs args;
     std::shared_ptr<WorkImpl> work;
   };
+
+  // Note [flight recorder dump]: the ring (MWMS_TRACE_BUFFER) goes to the log at warn whenever
+  // this rank learns that the job failed: a collective that failed here (timeout, dead or lost
+  // peer, mismatch), an abort relayed from a peer (it fails the collective that reads it, or
+  // the next one: Note [heartbeat]) and this process's own abort(). The lines name the rank, the
+  // cause and, with MWMS_TRACE_FILE, the file that holds every collective; once per
+  // communicator (the first failure is the one that explains the others). Never throws.
+  void dump_flight_recorder(const std::string& why) noexcept {
+    if (!tracer_) return;
+    try {
+      std::lock_guard<std::mutex> lock(trace_mutex_);
+      if (dumped_) return;
+      dumped_ = true;
+      const std::size_t kept = tracer_->recent().size();
+      std::string where = tracer_->path().empty()
+                              ? std::string()
+                              : "\n  every collective of this rank: " + tracer_->path();
+      if (kept == 0) {
+        MWMS_LOG_WARN(kColl, "flight recorder of rank " << rank() << " (MWMS_TRACE_BUFFER): no "
+                                 "collective ran before " << why << where);
+        return;
+      }
+      MWMS_LOG_WARN(kColl, "flight recorder of rank " << rank() << ": the last " << kept
+                               << " collective(s) (MWMS_TRACE_BUFFER), oldest first, before "
+                               << why << ":" << tracer_->recent_text() << where);
+    } catch (...) {
+    }
+  }
 
   ErrorContext context(const char* op, std::uint64_t seq) const {
     ErrorContext ctx;
@@ -255,6 +284,7 @@ class FrontEnd final : public Communicator {
       if (tracer_) {
         ev.end_us = Tracer::now_us();
         ev.algorithm = backend_->last_algorithm();
+        std::lock_guard<std::mutex> lock(trace_mutex_);
         tracer_->record(ev);
       }
     } catch (const Error& e) {
@@ -262,12 +292,12 @@ class FrontEnd final : public Communicator {
         ev.end_us = Tracer::now_us();
         ev.algorithm = backend_->last_algorithm();
         ev.failed = true;
-        tracer_->record(ev);
-        if (!tracer_->recent().empty()) {
-          MWMS_LOG_WARN(kColl, "the last collectives of rank " << rank()
-                                   << " (MWMS_TRACE_BUFFER), oldest first:"
-                                   << tracer_->recent_text());
+        {
+          std::lock_guard<std::mutex> lock(trace_mutex_);
+          tracer_->record(ev);
         }
+        dump_flight_recorder(std::string("the failure of ") + name + " seq " +
+                             std::to_string(a.call.seq) + ": " + e.what());
       }
       {
         std::lock_guard<std::mutex> lock(poison_mutex_);
@@ -359,6 +389,8 @@ class FrontEnd final : public Communicator {
   std::thread progress_;
   bool finalized_ = false;  // read and written by the calling thread only
   std::unique_ptr<Tracer> tracer_;  // MWMS_TRACE_FILE / MWMS_TRACE_BUFFER; null when off
+  std::mutex trace_mutex_;          // tracer_'s ring: collectives record, abort() may dump
+  bool dumped_ = false;             // under trace_mutex_ (Note [flight recorder dump])
 };
 
 }  // namespace

@@ -190,12 +190,25 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   setup.task = c.task_name();
   setup.op = "link setup";
   control->ready_barrier(cctx.deadline, setup);
+  // Note [heartbeat] (engine/control_plane.h).
+  const double heartbeat = common::env_double("MWMS_HEARTBEAT_SECONDS");
+  if (heartbeat < 0) throw InvalidArgument("MWMS_HEARTBEAT_SECONDS must be >= 0", setup);
+  ErrorContext live = setup;
+  live.op = "heartbeat";
+  control->start_heartbeat(heartbeat, live);
 
   EngineOptions eopts;
   eopts.timeout_seconds = timeout;
   eopts.runner.chunk_bytes = topts.chunk_bytes;
   eopts.runner.spin_seconds =
       static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
+  // Note [stall warning] (engine/plan_runner.cc): unset, at most a quarter of the timeout.
+  double stall_warn = common::env_double("MWMS_STALL_WARN_SECONDS");
+  if (stall_warn < 0) throw InvalidArgument("MWMS_STALL_WARN_SECONDS must be >= 0", setup);
+  if (!common::env_is_set("MWMS_STALL_WARN_SECONDS")) {
+    stall_warn = std::min(stall_warn, timeout / 4);
+  }
+  eopts.runner.stall_warn_seconds = stall_warn;
   eopts.runner.yield_while_spinning =
       rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();
   eopts.selector.forced = forced;

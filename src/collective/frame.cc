@@ -14,6 +14,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kAbort: return "abort";
     case CollectiveKind::kStallNotice: return "stall notice";
     case CollectiveKind::kFinalized: return "finalized";
+    case CollectiveKind::kHeartbeat: return "heartbeat";
   }
   return "unknown";
 }

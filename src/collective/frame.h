@@ -19,6 +19,8 @@ enum class CollectiveKind : std::uint8_t {
   kAllGather = 3,
   kBroadcast = 4,
   kBarrier = 5,
+  kHeartbeat = 0x7c,    // control only: rank `root` is alive, count = its interval in ms
+                        // (Note [heartbeat] in engine/control_plane.h)
   kFinalized = 0x7d,    // control only: rank `root` finalized after `seq` collectives (Note [finalize])
   kStallNotice = 0x7e,  // control only: "I am blocked waiting for rank `root`" (seq = collective)
   kAbort = 0x7f,        // control only: rank `root` failed, payload = reason

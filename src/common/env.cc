@@ -50,6 +50,12 @@ const std::vector<EnvVarInfo>& env_registry() {
        "Writes a Chrome trace (chrome://tracing, Perfetto) of every collective of each rank."},
       {"MWMS_TRACE_BUFFER", EnvType::kInt, "0", "0-1000000",
        "Keeps the last K collectives of each rank and logs them when a collective fails."},
+      {"MWMS_STALL_WARN_SECONDS", EnvType::kDouble, "30", ">= 0; unset: min(30, timeout / 4)",
+       "A collective waiting this long without progress logs a warning naming the rank it waits "
+       "for, once per interval; 0: never."},
+      {"MWMS_HEARTBEAT_SECONDS", EnvType::kDouble, "5", ">= 0",
+       "Heartbeat interval on the control links; a peer silent for 4 intervals is lost and the "
+       "next collective fails naming it; 0: off."},
       {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd|hier",
        "Forces one algorithm for every collective it applies to; a name that does not apply "
        "to a call is an error. CommunicatorOptions::algorithm overrides it."},

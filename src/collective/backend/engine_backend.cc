@@ -53,6 +53,13 @@ char* EngineBackend::grow_scratch(std::size_t bytes) {
 }
 
 void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
+  // Note [heartbeat]: the control links are this thread's for the whole collective; what the
+  // heartbeat thread found between collectives fails this one at once.
+  std::unique_lock<ReaderLock> hold;
+  if (control_) {
+    hold = control_->hold();
+    control_->throw_if_failed(ctx);
+  }
   CollectiveCall call = args.call;
   call.hosts = &options_.hosts;
   Buffers b = args.buffers;

@@ -1,6 +1,8 @@
 #include "collective/engine/control_plane.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "common/logging.h"
 
@@ -8,19 +10,37 @@ namespace mwms::collective {
 
 namespace {
 constexpr std::size_t kHeader = sizeof(FrameHeader);
+double since(common::Clock::time_point a, common::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 }  // namespace
 
 ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerNames names)
     : rank_(rank),
       links_(std::move(links)),
-      open_(links_.size(), true),
+      open_(new std::atomic<bool>[links_.size()]),
       names_(std::move(names)),
       fds_(static_cast<std::size_t>(kMaxExtra) + links_.size()),
       fd_peer_(fds_.size(), -1),
       waits_for_(links_.size(), -1),
       waits_seq_(links_.size(), 0),
-      finalized_after_(links_.size(), -1) {
-  for (std::size_t p = 0; p < links_.size(); ++p) open_[p] = links_[p].valid();
+      finalized_after_(links_.size(), -1),
+      peer_interval_(links_.size(), -1),
+      heard_(links_.size(), common::Clock::now()),
+      polled_(common::Clock::now()),
+      heartbeat_off_(links_.size(), false) {
+  for (std::size_t p = 0; p < links_.size(); ++p) open_[p].store(links_[p].valid());
+}
+
+ControlPlane::~ControlPlane() { stop_heartbeat(); }
+
+std::string ControlPlane::name_of(int peer) const {
+  std::string out = "rank " + std::to_string(peer);
+  if (peer >= 0 && peer < static_cast<int>(names_.addresses.size())) {
+    out += " (" + names_.tasks[static_cast<std::size_t>(peer)] + ", " +
+           names_.addresses[static_cast<std::size_t>(peer)] + ")";
+  }
+  return out;
 }
 
 ErrorContext ControlPlane::with_peer(ErrorContext ctx, int peer) const {
@@ -71,6 +91,7 @@ bool ControlPlane::poll(const pollfd* extra, int n_extra, int timeout_ms,
     fd_peer_[static_cast<std::size_t>(k++)] = static_cast<int>(p);
   }
   int rc = ::poll(fds_.data(), static_cast<nfds_t>(k), timeout_ms);
+  polled_ = common::Clock::now();  // Note [heartbeat]: silence counts up to here
   if (rc <= 0) return false;
   bool extra_ready = false;
   for (int i = 0; i < k; ++i) {
@@ -92,6 +113,14 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   common::IoResult res = common::read_exact(fd, &h, kHeader, common::deadline_after(1.0));
   const bool framed = res.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
                       h.version == kFrameVersion;
+  if (framed) {
+    heard_[static_cast<std::size_t>(peer)] = polled_;  // Note [heartbeat]: any frame is a sign
+    ++messages_;
+  }
+  if (framed && h.kind == static_cast<std::uint8_t>(CollectiveKind::kHeartbeat)) {
+    record_heartbeat(peer, h, ctx);
+    return;
+  }
   if (framed && h.kind == static_cast<std::uint8_t>(CollectiveKind::kStallNotice)) {
     int waiter = h.step;
     int waited = h.root;
@@ -109,7 +138,7 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   if (!framed || h.kind != static_cast<std::uint8_t>(CollectiveKind::kAbort)) {
     // A peer that exits closes its control link; that alone is not a failure (it may have
     // finished). The runner decides whether this peer's absence matters (it waits for it).
-    open_[static_cast<std::size_t>(peer)] = false;
+    open_[static_cast<std::size_t>(peer)].store(false);
     return;
   }
   const std::uint64_t payload = h.payload_bytes;  // packed field: copy, never bind a reference
@@ -117,7 +146,7 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   common::read_exact(fd, reason.data(), reason.size(), common::deadline_after(1.0));
   int failed = h.root >= 0 && h.root < static_cast<int>(links_.size()) ? h.root : peer;
   // The failing rank told every rank itself (full mesh): nothing to relay.
-  abort_sent_ = true;
+  abort_sent_.store(true);
   std::string text = "rank " + std::to_string(failed) + " failed: " + reason;
   if (failed == rank_) {
     // e.g. a rank that was stopped and resumed: the others timed out naming it.
@@ -139,26 +168,24 @@ void ControlPlane::drain(int peer, const ErrorContext& ctx) {
   // An abort from any rank that is already here explains the failure better (the failing rank
   // tells everyone directly, and its victims may close their links before we read it).
   poll(nullptr, 0, 0, ctx);
-  if (peer < 0 || peer >= static_cast<int>(links_.size()) || !open_[static_cast<std::size_t>(peer)]) {
-    return;
-  }
+  if (peer < 0 || peer >= static_cast<int>(links_.size()) || closed(peer)) return;
   pollfd p{links_[static_cast<std::size_t>(peer)].fd(), POLLIN, 0};
   if (::poll(&p, 1, 250) > 0) read_message(peer, ctx);
 }
 
 void ControlPlane::send_abort(int failed_rank, const std::string& reason,
                               AbortCause cause) noexcept {
-  if (abort_sent_) return;
-  abort_sent_ = true;
+  if (abort_sent_.exchange(true)) return;
   FrameHeader h;
   h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
   h.root = failed_rank;
   h.op = static_cast<std::uint8_t>(cause);
   std::string text = reason.substr(0, kMaxAbortReasonBytes);
   h.payload_bytes = text.size();
+  std::lock_guard<std::mutex> lock(writer_);
   common::Deadline d = common::deadline_after(1.0);
   for (std::size_t p = 0; p < links_.size(); ++p) {
-    if (!open_[p]) continue;
+    if (closed(static_cast<int>(p))) continue;
     int fd = links_[p].fd();
     if (common::write_exact(fd, &h, kHeader, d).status == common::IoStatus::kOk) {
       common::write_exact(fd, text.data(), text.size(), d);
@@ -174,9 +201,10 @@ void ControlPlane::send_stall_notice(std::uint64_t seq, int waited) noexcept {
   h.seq = seq;
   waits_for_[static_cast<std::size_t>(rank_)] = waited;
   waits_seq_[static_cast<std::size_t>(rank_)] = seq;
+  std::lock_guard<std::mutex> lock(writer_);
   common::Deadline d = common::deadline_after(0.5);
   for (std::size_t p = 0; p < links_.size(); ++p) {
-    if (open_[p]) common::write_exact(links_[p].fd(), &h, kHeader, d);
+    if (!closed(static_cast<int>(p))) common::write_exact(links_[p].fd(), &h, kHeader, d);
   }
 }
 
@@ -211,6 +239,8 @@ std::int64_t ControlPlane::finalized_after(int peer) const {
 }
 
 void ControlPlane::send_finalized(std::uint64_t collectives) noexcept {
+  stop_heartbeat();  // no heartbeat follows the notice: the link closes right after it
+  std::lock_guard<std::mutex> lock(writer_);
   if (finalized_sent_) return;
   finalized_sent_ = true;
   FrameHeader h;
@@ -219,7 +249,7 @@ void ControlPlane::send_finalized(std::uint64_t collectives) noexcept {
   h.seq = collectives;
   common::Deadline d = common::deadline_after(1.0);
   for (std::size_t p = 0; p < links_.size(); ++p) {
-    if (open_[p]) common::write_exact(links_[p].fd(), &h, kHeader, d);
+    if (!closed(static_cast<int>(p))) common::write_exact(links_[p].fd(), &h, kHeader, d);
   }
 }
 
@@ -234,6 +264,167 @@ int ControlPlane::blame(std::uint64_t seq, int waited) const {
     at = next;
   }
   return at;
+}
+
+// ---- Note [heartbeat] ----
+
+void ControlPlane::record_heartbeat(int peer, const FrameHeader& h, const ErrorContext& ctx) {
+  const std::uint64_t payload = h.payload_bytes;  // packed fields: copy, never bind a reference
+  const std::uint64_t interval_ms = h.count;
+  const char* bad = nullptr;
+  if (h.root != peer) bad = "root is not the sender";
+  if (payload != 0) bad = "payload_bytes is not 0";
+  if (interval_ms > 86400000) bad = "interval is over a day";
+  if (bad != nullptr) {
+    throw PeerError("rank " + std::to_string(peer) + " sent a malformed heartbeat (" + bad +
+                        ", root " + std::to_string(h.root) + ", interval " +
+                        std::to_string(interval_ms) + " ms): corrupt control stream",
+                    with_peer(ctx, peer));
+  }
+  peer_interval_[static_cast<std::size_t>(peer)] = static_cast<double>(interval_ms) * 1e-3;
+}
+
+double ControlPlane::lost_after(int peer) const {
+  if (interval_ <= 0 || peer < 0 || peer >= static_cast<int>(links_.size())) return 0;
+  // Before its first heartbeat a peer is assumed to use our interval.
+  const double theirs = peer_interval_[static_cast<std::size_t>(peer)];
+  return kLostIntervals * std::max(interval_, theirs);
+}
+
+bool ControlPlane::lost(int peer) const {
+  if (interval_ <= 0 || peer < 0 || peer >= static_cast<int>(links_.size()) || peer == rank_ ||
+      closed(peer) || finalized_after_[static_cast<std::size_t>(peer)] >= 0 ||
+      peer_interval_[static_cast<std::size_t>(peer)] == 0) {
+    return false;  // its first heartbeat said 0: it sends none, so its silence means nothing
+  }
+  return since(heard_[static_cast<std::size_t>(peer)], polled_) > lost_after(peer);
+}
+
+double ControlPlane::silent_seconds(int peer) const {
+  if (interval_ <= 0 || peer < 0 || peer >= static_cast<int>(links_.size())) return -1;
+  return since(heard_[static_cast<std::size_t>(peer)], polled_);
+}
+
+void ControlPlane::send_heartbeats(std::uint64_t interval_ms) noexcept {
+  FrameHeader h;
+  h.kind = static_cast<std::uint8_t>(CollectiveKind::kHeartbeat);
+  h.root = rank_;
+  h.count = interval_ms;
+  std::lock_guard<std::mutex> lock(writer_);
+  if (finalized_sent_) return;
+  for (std::size_t p = 0; p < links_.size(); ++p) {
+    if (closed(static_cast<int>(p)) || heartbeat_off_[p]) continue;
+    // A peer that reads nothing for hours fills its buffer: a frame that cannot go out whole
+    // might go out in part, so that link gets no more heartbeats (its silence is the peer's).
+    common::IoResult r =
+        common::write_exact(links_[p].fd(), &h, kHeader, common::deadline_after(0.5));
+    if (r.status != common::IoStatus::kOk) heartbeat_off_[p] = true;
+  }
+}
+
+void ControlPlane::start_heartbeat(double interval_seconds, const ErrorContext& base) noexcept {
+  base_ = base;
+  const double ms = std::max(0.0, std::min(interval_seconds, 86400.0)) * 1000.0;
+  // Every peer learns our interval first (0: expect nothing, Note [heartbeat]).
+  send_heartbeats(static_cast<std::uint64_t>(ms));
+  if (interval_seconds <= 0 || links_.size() < 2) return;
+  {
+    std::lock_guard<ReaderLock> lock(reader_);
+    interval_ = interval_seconds;
+    polled_ = common::Clock::now();
+    std::fill(heard_.begin(), heard_.end(), polled_);
+  }
+  try {
+    thread_ = std::thread([this] { heartbeat_loop(); });
+  } catch (const std::exception& e) {
+    std::lock_guard<ReaderLock> lock(reader_);
+    interval_ = 0;
+    MWMS_LOG_WARN(kColl, "cannot start the heartbeat thread (" << e.what()
+                             << "): frozen peers are noticed by the op timeout only");
+  }
+}
+
+void ControlPlane::stop_heartbeat() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// STYLE item 15: nothing escapes; what goes wrong is recorded for the next collective.
+void ControlPlane::heartbeat_loop() noexcept {
+  const auto interval = std::chrono::duration<double>(interval_);
+  const auto ms = static_cast<std::uint64_t>(interval_ * 1000.0);
+  std::unique_lock<std::mutex> lock(stop_mutex_);
+  while (!stop_cv_.wait_for(lock, interval, [&] { return stop_; })) {
+    lock.unlock();
+    send_heartbeats(ms);
+    // The engine holds reader_ for a whole collective and reads the links itself: never wait.
+    if (reader_.try_lock()) {
+      std::lock_guard<ReaderLock> held(reader_, std::adopt_lock);
+      check_between_collectives();
+    }
+    lock.lock();
+  }
+}
+
+void ControlPlane::check_between_collectives() noexcept {
+  if (failure_.set) return;
+  try {
+    // Everything that arrived since the last poll (one frame per link per poll), bounded.
+    for (int round = 0; round < 64; ++round) {
+      const std::uint64_t before = messages_;
+      poll(nullptr, 0, 0, base_);
+      if (messages_ == before) break;
+    }
+  } catch (const Error& e) {
+    // An abort (or a malformed frame) between collectives: the next collective throws it.
+    failure_.cause = dynamic_cast<const CollectiveMismatchError*>(&e) != nullptr
+                         ? AbortCause::kMismatch
+                         : dynamic_cast<const TimeoutError*>(&e) != nullptr ? AbortCause::kTimeout
+                                                                            : AbortCause::kPeer;
+    failure_.peer = e.context().peer_rank;
+    failure_.text = e.message();
+    failure_.set = true;
+    MWMS_LOG_WARN(kColl, "between collectives: " << failure_.text
+                                                 << "; the next collective of this rank will fail");
+    return;
+  } catch (...) {
+    return;  // std::bad_alloc building a message: the next collective's own waits see it
+  }
+  for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
+    if (!lost(p)) continue;
+    try {
+      failure_.text = lost_reason(p);
+      failure_.cause = AbortCause::kPeer;
+      failure_.peer = p;
+      failure_.set = true;
+      MWMS_LOG_WARN(kColl, "heartbeat: " << failure_.text
+                                         << "; the next collective of this rank will fail");
+    } catch (...) {
+    }
+    return;
+  }
+}
+
+std::string ControlPlane::lost_reason(int peer) const {
+  char secs[96];
+  std::snprintf(secs, sizeof secs, " for %.1f s (lost after %.1f s without a heartbeat, ",
+                silent_seconds(peer), lost_after(peer));
+  return name_of(peer) + " sent nothing on its control connection" + secs +
+         "MWMS_HEARTBEAT_SECONDS): its process is stopped (SIGSTOP, a debugger) or hung, its "
+         "host is down, or the network to it is cut";
+}
+
+void ControlPlane::throw_failure(const ErrorContext& ctx) const {
+  const ErrorContext c = with_peer(ctx, failure_.peer);
+  const std::string text = failure_.text + " (noticed between collectives, before " + ctx.op +
+                           " seq " + std::to_string(ctx.seq) + ")";
+  if (failure_.cause == AbortCause::kMismatch) throw CollectiveMismatchError(text, c);
+  if (failure_.cause == AbortCause::kTimeout) throw TimeoutError(text, c);
+  throw PeerError(text, c);
 }
 
 }  // namespace mwms::collective

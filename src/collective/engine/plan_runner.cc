@@ -62,6 +62,7 @@ struct PlanRunner::State {
   bool recv_started = false;
   bool recv_checked = false;
   bool notice_sent = false;
+  int warns = 0;  // stall warnings since the last progress (Note [stall warning])
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int world_size = 1;
@@ -235,6 +236,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
     if ((st.spins & 15) == 0) {
       st.progress_seen = st.progress;
+      st.warns = 0;
       st.last_progress = common::Clock::now();
       if (st.start == common::Clock::time_point{}) st.start = st.last_progress;
     }
@@ -269,10 +271,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
     return;
   }
   const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
-  if (control_ != nullptr && !st.notice_sent && idle > st.timeout / 2 && waited >= 0) {
-    control_->send_stall_notice(seq, waited);
-    st.notice_sent = true;
-  }
+  if (waited >= 0) watch_stall(st, seq, waited, idle, ctx);
   const double left = st.timeout - idle;
   if (left <= 0) {
     int peer = control_ != nullptr ? control_->blame(seq, waited) : waited;
@@ -289,6 +288,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                        c);
   }
   if (control_ != nullptr) throw_if_finalized(seq, ctx);
+  if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
   // A peer whose control link closed may still have left its last bytes in shared memory: it is
   // dead only if the links were polled after the close was seen and nothing moved, so this is
   // checked before sleeping, never right after the poll that saw the close. A peer that
@@ -333,6 +333,67 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   } else {
     ::poll(fds, static_cast<nfds_t>(k), static_cast<int>(std::min(left * 1000.0 + 1, 100.0)));
   }
+}
+
+// Note [stall warning]: the stall notice goes out before the first warning (at half the
+// shorter of the warning interval and the timeout), so the warning of the ranks that wait behind
+// this one can name whom it waits for.
+void PlanRunner::watch_stall(State& st, std::uint64_t seq, int waited, double idle,
+                             const ErrorContext& ctx) {
+  const double warn = options_.stall_warn_seconds;
+  const double notice_after = warn > 0 ? std::min(st.timeout, warn) / 2 : st.timeout / 2;
+  if (control_ != nullptr && !st.notice_sent && idle > notice_after) {
+    control_->send_stall_notice(seq, waited);
+    st.notice_sent = true;
+  }
+  if (warn > 0 && idle >= warn * (st.warns + 1) && idle < st.timeout) {
+    st.warns = static_cast<int>(idle / warn);
+    warn_stall(seq, waited, idle, st.timeout, ctx);
+  }
+}
+
+// Note [heartbeat]: a frozen peer closes nothing; its silence on the control link tells.
+void PlanRunner::throw_lost(const State& st, int waited, const ErrorContext& ctx) {
+  ErrorContext c = control_->with_peer(ctx, waited);
+  c.transport = link_to(waited, ctx).caps().name;
+  c.elapsed_seconds = since(st.start);
+  throw PeerError(control_->lost_reason(waited) + "; this rank waited for it in " + ctx.op +
+                      " seq " + std::to_string(ctx.seq),
+                  c);
+}
+
+// Note [stall warning]: a wait without progress for MWMS_STALL_WARN_SECONDS (default min(30 s,
+// timeout / 4)) logs one warning per interval at warn, naming the rank it waits for and, from
+// the stall notices (Note [stall blame]), the rank that one waits for in turn, and how long ago
+// the latter was last heard from (a live process that has not called the collective, or a
+// frozen one: Note [heartbeat]). Horovod's stall inspector in spirit, without a coordinator:
+// each rank names what it sees. Only slow waits pay for it (the clock is already read there).
+void PlanRunner::warn_stall(std::uint64_t seq, int waited, double idle, double timeout,
+                            const ErrorContext& ctx) const {
+  if (!common::log_enabled(common::LogLevel::kWarn, common::LogSubsys::kColl)) return;
+  std::string who =
+      control_ != nullptr ? control_->name_of(waited) : "rank " + std::to_string(waited);
+  int end = waited;
+  if (control_ != nullptr) {
+    end = control_->blame(seq, waited);
+    if (end != waited) who += ", which waits for " + control_->name_of(end);
+    const double silent = control_->silent_seconds(end);
+    char heard[160] = "";
+    if (control_->closed(end)) {
+      std::snprintf(heard, sizeof heard, "; rank %d closed its connections", end);
+    } else if (silent >= 0) {
+      const double lost_after = control_->lost_after(end);
+      std::snprintf(heard, sizeof heard,
+                    "; rank %d last heard from %.1f s ago (heartbeat every %g s, lost after %g s "
+                    "of silence)",
+                    end, silent, lost_after / ControlPlane::kLostIntervals, lost_after);
+    }
+    who += heard;
+  }
+  char head[96];
+  std::snprintf(head, sizeof head, ": waiting %.1f s of %g s for ", idle, timeout);
+  MWMS_LOG_WARN(kColl, "seq " << seq << " " << ctx.op << head << who
+                              << " (MWMS_STALL_WARN_SECONDS)");
 }
 
 void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_size,

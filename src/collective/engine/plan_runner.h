@@ -20,6 +20,7 @@ struct RunnerOptions {
   std::size_t chunk_bytes = 256 << 10;  // reduce granularity (multiple of 64)
   double spin_seconds = 50e-6;          // poll without sleeping this long after the last progress
   bool yield_while_spinning = false;    // more ranks than cores on this host: yield, do not spin
+  double stall_warn_seconds = 0;        // Note [stall warning]; 0: never warn
 };
 
 class PlanRunner {
@@ -28,9 +29,11 @@ class PlanRunner {
   /// (threaded tests without a control plane). Both outlive the runner.
   PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options);
 
-  /// Runs `plan` to completion. @throws TimeoutError when no byte moved for timeout_seconds
+  /// Runs `plan` to completion. Logs a warning every stall_warn_seconds without progress (Note
+  /// [stall warning]). @throws TimeoutError when no byte moved for timeout_seconds
   /// (naming the rank to blame, Note [stall blame]), PeerError (a link failed, a peer aborted,
-  /// or closed without finalizing while this rank waited for it, naming it),
+  /// closed without finalizing, or is lost (Note [heartbeat]) while this rank waited for it,
+  /// naming it),
   /// CollectiveMismatchError (an envelope describes another call, or a peer finalized before
   /// this collective: Note [finalize]).
   void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
@@ -43,6 +46,10 @@ class PlanRunner {
   bool pump_recv(const Plan& plan, State& st, const ErrorContext& ctx);
   void consume(const Plan& plan, State& st, Link& link);
   void wait(const Plan& plan, State& st, const ErrorContext& ctx);
+  void watch_stall(State& st, std::uint64_t seq, int waited, double idle, const ErrorContext& ctx);
+  [[noreturn]] void throw_lost(const State& st, int waited, const ErrorContext& ctx);
+  void warn_stall(std::uint64_t seq, int waited, double idle, double timeout,
+                  const ErrorContext& ctx) const;
   Link& link_to(int peer, const ErrorContext& ctx);
   [[noreturn]] void rethrow_link_error(int peer, const ErrorContext& ctx);
   // Throws CollectiveMismatchError if a peer finalized before `seq` (Note [finalize]).

@@ -1,11 +1,19 @@
 // The control plane's finalized notice (Note [finalize] in engine/control_plane.h): recorded when
-// well formed, a PeerError naming the field when not; bounded (no payload is ever read).
+// well formed, a PeerError naming the field when not; bounded (no payload is ever read). The
+// heartbeat (Note [heartbeat]): a silent peer is lost and the next collective names it; a peer
+// that keeps talking, finalized or sends no heartbeats by choice is not; an abort that arrives
+// between collectives fails the next one.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/engine/control_plane.h"
@@ -100,4 +108,127 @@ TEST_CASE("a malformed finalized notice is a PeerError naming what is wrong",
     }
     CHECK(p.plane->finalized_after(1) == -1);
   }
+}
+
+namespace {
+
+FrameHeader heartbeat(int root, std::uint64_t interval_ms) {
+  FrameHeader h;
+  h.kind = static_cast<std::uint8_t>(CollectiveKind::kHeartbeat);
+  h.root = root;
+  h.count = interval_ms;
+  return h;
+}
+
+mwms::ErrorContext base_context() {
+  mwms::ErrorContext ctx;
+  ctx.rank = 0;
+  ctx.world_size = 2;
+  ctx.task = "worker 0";
+  ctx.op = "heartbeat";
+  return ctx;
+}
+
+mwms::ErrorContext call_context(std::int64_t seq) {
+  mwms::ErrorContext ctx = base_context();
+  ctx.op = "all_reduce";
+  ctx.seq = seq;
+  return ctx;
+}
+
+// What "rank 1" received: the number of heartbeat frames, each checked (root 0, the interval).
+int read_heartbeats(int fd, std::uint64_t interval_ms) {
+  int n = 0;
+  FrameHeader h;
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, 0) > 0 && ::read(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h)) {
+    CHECK(h.kind == static_cast<std::uint8_t>(CollectiveKind::kHeartbeat));
+    CHECK(h.root == 0);
+    CHECK(h.count == interval_ms);
+    ++n;
+  }
+  return n;
+}
+
+// The next collective's check (EngineBackend::run): empty when nothing was found.
+std::string next_collective(ControlPlane& plane) {
+  auto hold = plane.hold();
+  try {
+    plane.throw_if_failed(call_context(7));
+  } catch (const mwms::PeerError& e) {
+    CHECK(e.context().peer_rank == 1);
+    CHECK(e.context().seq == 7);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("heartbeat: a silent peer is lost and the next collective fails naming it",
+          "[unit][collective][heartbeat]") {
+  Pair p = make_pair();
+  p.plane->start_heartbeat(0.05, base_context());  // lost after 4 x 50 ms of silence
+  const auto start = std::chrono::steady_clock::now();
+  std::string failure;
+  while (failure.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    failure = next_collective(*p.plane);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(failure);
+  CHECK(seconds >= 0.2);  // never before 4 intervals
+  CHECK_THAT(failure, Contains("rank 1 (worker 1, b:2) sent nothing on its control connection"));
+  CHECK_THAT(failure, Contains("before all_reduce seq 7"));
+  CHECK(next_collective(*p.plane) == failure);  // stays failed
+  p.plane->stop_heartbeat();
+  CHECK(read_heartbeats(p.peer.fd(), 50) >= 4);  // the first one at once, then one per interval
+}
+
+TEST_CASE("heartbeat: a peer that keeps sending, finalized or sends none is never lost",
+          "[unit][collective][heartbeat]") {
+  for (const char* how : {"heartbeats", "finalized", "interval 0"}) {
+    INFO(how);
+    Pair p = make_pair();
+    p.plane->start_heartbeat(0.1, base_context());  // lost after 0.4 s of silence
+    if (std::strcmp(how, "finalized") == 0) send(p.peer.fd(), finalized(1, 3));
+    if (std::strcmp(how, "interval 0") == 0) send(p.peer.fd(), heartbeat(1, 0));
+    for (int i = 0; i < 30; ++i) {  // 1.5 s: several times the loss threshold
+      if (std::strcmp(how, "heartbeats") == 0) send(p.peer.fd(), heartbeat(1, 100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      read_heartbeats(p.peer.fd(), 100);  // keep rank 0's sends flowing
+    }
+    CHECK(next_collective(*p.plane).empty());
+    auto hold = p.plane->hold();
+    CHECK_FALSE(p.plane->lost(1));
+  }
+}
+
+TEST_CASE("heartbeat: an abort that arrives between collectives fails the next one at once",
+          "[unit][collective][heartbeat]") {
+  Pair p = make_pair();
+  p.plane->start_heartbeat(0.05, base_context());
+  const std::string reason = "loss is NaN";
+  FrameHeader h;
+  h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
+  h.root = 1;
+  h.payload_bytes = reason.size();
+  send(p.peer.fd(), h);
+  REQUIRE(::write(p.peer.fd(), reason.data(), reason.size()) ==
+          static_cast<ssize_t>(reason.size()));
+  std::string failure;
+  for (int i = 0; i < 200 && failure.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    failure = next_collective(*p.plane);
+  }
+  CHECK_THAT(failure, Contains("rank 1 failed: loss is NaN"));
+  CHECK_THAT(failure, !Contains("sent nothing"));
+}
+
+TEST_CASE("heartbeat: a malformed heartbeat is a PeerError", "[unit][collective][heartbeat]") {
+  Pair p = make_pair();
+  send(p.peer.fd(), heartbeat(0, 100));  // root is not the sender
+  CHECK_THROWS_WITH(p.plane->poll(nullptr, 0, 1000, mwms::ErrorContext{}),
+                    Contains("malformed heartbeat (root is not the sender"));
 }
