@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/mpi_runtime.h"
 #include "collective/backend/backend.h"
 #include "collective/communicator_factory.h"
 #include "collective/trace.h"
@@ -136,6 +137,7 @@ class FrontEnd final : public Communicator {
 
   void abort(const std::string& reason) noexcept override {
     dump_flight_recorder("abort() called by this process: " + reason);
+    bootstrap::MpiRuntime::note_job_failed();  // Note [no finalize after a failure]
     if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
     std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
@@ -313,6 +315,7 @@ class FrontEnd final : public Communicator {
         cause = AbortCause::kTimeout;
       }
       if (dynamic_cast<const InvalidArgument*>(&e) == nullptr) {
+        bootstrap::MpiRuntime::note_job_failed();  // Note [no finalize after a failure]
         backend_->abort(failed, e.message(), cause);
       }
       MWMS_LOG_WARN(kColl, "collective failed: " << e.what());
