@@ -160,6 +160,10 @@ TEST_CASE("a peer killed in the middle of an all-reduce makes every survivor fai
     for (int iter = 0; iter < 1000; ++iter) {
       if (rank == 2 && iter == 3) ::raise(SIGKILL);
       comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kMean);
+      // Every result that is returned is right (the mean of ones, exact), until one fails.
+      if (v.front() != 1.0f || v[v.size() / 2] != 1.0f || v.back() != 1.0f) {
+        throw std::runtime_error("wrong result at iteration " + std::to_string(iter));
+      }
     }
   });
   INFO(mwms::testing::describe(results));
@@ -340,6 +344,10 @@ TEST_CASE("a host cut off mid all-reduce makes every other rank fail naming it",
         report("cut at iteration " + std::to_string(iter));
       }
       comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kMean);
+      // Every result that is returned is right (the mean of ones, exact), until one fails.
+      if (v.front() != 1.0f || v[v.size() / 2] != 1.0f || v.back() != 1.0f) {
+        throw std::runtime_error("wrong result at iteration " + std::to_string(iter));
+      }
     }
   });
   INFO(mwms::testing::describe(results));
@@ -348,6 +356,7 @@ TEST_CASE("a host cut off mid all-reduce makes every other rank fail naming it",
     CHECK(results[r].exit_code == 1);
     CHECK_FALSE(results[r].timed_out);
     CHECK_THAT(results[r].output, Contains("peer rank 2 (worker 2 at " + hosts[2].address + ":"));
+    CHECK_THAT(results[r].output, !Contains("wrong result"));
     // Connect, five all-reduces, the cut, then at most a timeout and the abort relay (~1 s).
     CHECK(results[r].seconds < timeout + 10);
   }
