@@ -1,11 +1,14 @@
 #include "bootstrap/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -31,16 +34,6 @@ using common::Deadline;
 using common::IoResult;
 using common::IoStatus;
 using nlohmann::json;
-
-constexpr std::uint32_t kMagic = 0x424D574D;  // "MWMB" little-endian
-constexpr std::uint32_t kVersion = 1;
-
-struct MessageHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint32_t kind;
-  std::uint32_t length;
-};
 
 std::string fmt_seconds(double s) {
   std::ostringstream out;
@@ -155,7 +148,26 @@ json hello_of(const ResolvedCluster& c, const PeerInfo& mine) {
               {"pid", static_cast<int>(::getpid())}};
 }
 
+// Note [rendezvous admission]: how the leader decides who joins (docs/security.md).
+// - Hellos are read concurrently (HandshakeServer): each connection has kHelloSeconds from its
+//   accept to finish its handshake, so N silent connections cost one such deadline, not N.
+// - A second claim of a rank never evicts the first: the newcomer is refused. A rank is freed
+//   only when its own connection closes before the answer (a restarted task), which a stranger
+//   cannot cause.
+// - Only a hello that passed the handshake with MWMS_AUTH_KEY (its sender holds the key) can stop
+//   the job: a differing cluster, world size or a second claim then fail every task at once, as
+//   before. Without a key nothing is proven, so a hello that fails the checks is refused (the
+//   sender gets the reason, the leader logs it with the connection's real source address) and
+//   the leader keeps waiting; its timeout error repeats the refusals.
+// - A connection claiming rank r that fails the key proof is refused; when no task has proven
+//   rank r within kMismatchGraceSeconds of it, the job stops with that key mismatch. A real task
+//   with another key so fails both ends quickly, while a stranger can never take a rank.
 constexpr double kHelloSeconds = 3.0;
+constexpr double kMismatchGraceSeconds = 5.0;
+// The follower waits for the answer until its connect deadline plus this margin: the leader
+// answers (with the ring or with its timeout error) by its own deadline, started about as early.
+constexpr double kAnswerMarginSeconds = 2.0;
+constexpr std::size_t kMaxRefusalsKept = 8;
 
 // A hello has the fields and types check_hello reads (anything else came from a foreign client).
 bool valid_hello(const json& h) {
@@ -174,7 +186,7 @@ bool peer_closed(const common::Socket& s) {
 }
 
 // Checks one hello against the leader's own view; returns an error text or "".
-std::string check_hello(const ResolvedCluster& c, const json& h, const std::vector<bool>& seen) {
+std::string check_hello(const ResolvedCluster& c, const json& h) {
   int rank = h.value("rank", -1);
   int world = h.value("world_size", -1);
   std::string task = h.value("task", std::string("?"));
@@ -194,7 +206,6 @@ std::string check_hello(const ResolvedCluster& c, const json& h, const std::vect
     return who + " claims rank " + std::to_string(rank) + ", outside [1, " +
            std::to_string(c.num_workers) + ")";
   }
-  if (seen[rank]) return "two processes claim to be " + who + "; each task must run once";
   if (c.source == ClusterSource::kTorchrun) {
     try {
       if (address.size() > 300) throw BootstrapError("longer than 300 bytes");
@@ -206,101 +217,258 @@ std::string check_hello(const ResolvedCluster& c, const json& h, const std::vect
   return "";
 }
 
-// Leader side: collect a hello from every other rank, then answer all of them at once.
-void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline deadline,
-                  double timeout, std::vector<PeerInfo>* peers) {
-  int n = c->num_workers;
-  std::vector<common::Socket> conns(n);
-  std::vector<bool> seen(n, false);
-  std::string error;
+// "worker 1" for a rank of the cluster, "rank 77" for one outside it.
+std::string claimed_task(const ResolvedCluster& c, int rank) {
+  if (rank >= 0 && rank < c.num_workers) return c.task_name_of_rank(rank);
+  return "rank " + std::to_string(rank);
+}
+
+// Logs the wait for a rendezvous at info once, then every few seconds at warn (issue 7).
+class WaitLog {
+ public:
+  explicit WaitLog(double timeout) : timeout_(timeout) {}
+  template <typename What>
+  void tick(const What& what) {
+    auto now = common::Clock::now();
+    if (now < next_) return;
+    double waited = std::chrono::duration<double>(now - start_).count();
+    std::ostringstream line;
+    line << what() << " (" << static_cast<int>(waited) << " s of " << timeout_ << " s)";
+    if (first_) {
+      MWMS_LOG_INFO(kBoot, line.str());
+    } else {
+      MWMS_LOG_WARN(kBoot, line.str());
+    }
+    first_ = false;
+    next_ = now + std::chrono::seconds(5);
+  }
+
+ private:
+  double timeout_;
+  common::Clock::time_point start_ = common::Clock::now();
+  common::Clock::time_point next_ = start_ + std::chrono::seconds(1);
+  bool first_ = true;
+};
+
+// The leader's view of who has joined (Note [rendezvous admission]).
+struct Admission {
+  std::vector<common::Socket> conns;  // by rank: the connection to answer
+  std::vector<std::string> sources;   // by rank: its real source address
+  std::vector<bool> seen;
   int arrived = 1;
-  while (arrived < n && error.empty()) {
-    IoResult r;
-    common::Socket s = common::accept_until(listener, deadline, &r);
-    if (!s.valid()) break;  // deadline passed: reported below with the missing ranks
-    MessageKind kind;
-    std::string text;
-    // A libmwms task sends its hello right after connecting; a silent or foreign client must not
-    // hold up the others for long.
-    IoResult m = recv_message(s.fd(), &kind, &text,
-                              std::min(deadline, common::deadline_after(kHelloSeconds)));
-    json h = m.status == IoStatus::kOk ? json::parse(text, nullptr, false) : json();
-    if (m.status != IoStatus::kOk || kind != MessageKind::kHello || !valid_hello(h)) {
-      MWMS_LOG_WARN(kBoot, "ignoring a connection that sent no valid libmwms hello ("
-                               << m.describe() << ")");
-      continue;
-    }
-    int rank = h["rank"].get<int>();
-    if (rank > 0 && rank < n && seen[rank] && peer_closed(conns[rank])) {
-      // The task restarted (e.g. its pod was rescheduled) after its first hello: take the new one.
-      MWMS_LOG_WARN(kBoot, "rendezvous: " << c->task_name_of_rank(rank) << " reconnected");
-      seen[rank] = false;
-      --arrived;
-    }
-    error = check_hello(*c, h, seen);
-    PeerInfo info;
+  std::vector<std::string> refusals;  // the first kMaxRefusalsKept, for the timeout error
+  std::map<int, std::pair<common::Clock::time_point, std::string>> mismatches;  // by rank
+  std::string fatal;                  // the error that stops the job
+
+  void refused(const std::string& text) {
+    MWMS_LOG_WARN(kBoot, "rendezvous: refused " << text);
+    if (refusals.size() < kMaxRefusalsKept) refusals.push_back(text);
+  }
+};
+
+// Frees the rank of a task whose connection closed before the answer (it restarted, or died).
+void drop_departed(const ResolvedCluster& c, Admission* a) {
+  for (int r = 1; r < c.num_workers; ++r) {
+    if (!a->seen[r] || !peer_closed(a->conns[r])) continue;
+    MWMS_LOG_WARN(kBoot, "rendezvous: " << c.task_name_of_rank(r) << " (from " << a->sources[r]
+                                        << ") closed its connection before the answer; waiting "
+                                           "for it again");
+    a->seen[r] = false;
+    a->conns[r].close();
+    --a->arrived;
+  }
+}
+
+// Takes one connection that finished its handshake: admits it, or refuses it with the reason.
+void admit(ResolvedCluster* c, HandshakeEvent ev, bool authenticated, Admission* a,
+           std::vector<PeerInfo>* peers) {
+  const int rank = ev.claim.rank;
+  const std::string from = "a connection from " + ev.source + " claiming " + claimed_task(*c, rank);
+  json h = json::parse(ev.claim.hello, nullptr, false);
+  std::string error;
+  PeerInfo info;
+  if (!valid_hello(h) || h["rank"].get<int>() != rank) {
+    error = "sent a malformed rendezvous hello";
+  } else if (rank > 0 && rank < c->num_workers && a->seen[rank]) {
+    error = "two processes claim to be " + c->task_name_of_rank(rank) + ": it joined from " +
+            a->sources[rank] + " and " + ev.source + " claims it too; each task must run once";
+  } else if (error = check_hello(*c, h); error.empty()) {
     std::string why;
-    if (error.empty() && (!from_json(h["peer"], &info, &why) || info.rank != rank)) {
+    if (!from_json(h["peer"], &info, &why) || info.rank != rank) {
       error = c->task_name_of_rank(rank) + " sent a malformed peer info: " +
               (why.empty() ? "rank differs from the hello" : why);
     }
-    if (error.empty()) {
-      if (c->source == ClusterSource::kTorchrun) c->ring[rank] = h["address"].get<std::string>();
-      (*peers)[rank] = std::move(info);
-      seen[rank] = true;
-      conns[rank] = std::move(s);
-      ++arrived;
-      MWMS_LOG_DEBUG(kBoot, "rendezvous: " << h["task"].get<std::string>() << " arrived");
-    } else {
-      send_message(s.fd(), MessageKind::kReply, json{{"ok", false}, {"error", error}}.dump(),
-                   common::deadline_after(5));
-    }
   }
-  if (error.empty() && arrived < n) {
-    std::string missing;
-    for (int r = 1; r < n; ++r) {
-      if (seen[r]) continue;
-      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
-      missing += (missing.empty() ? "" : ", ") + c->task_name_of_rank(r) + " (" + where + ")";
+  if (!error.empty()) {
+    std::string text = error + " (" + from + ")";
+    send_message(ev.socket.fd(), MessageKind::kReply, json{{"ok", false}, {"error", text}}.dump(),
+                 common::deadline_after(1));
+    if (authenticated) {
+      a->fatal = text;  // its sender holds the key: a real task of this job is misconfigured
+    } else {
+      a->refused(from + ": " + error);
     }
+    return;
+  }
+  if (c->source == ClusterSource::kTorchrun) c->ring[rank] = h["address"].get<std::string>();
+  (*peers)[rank] = std::move(info);
+  a->seen[rank] = true;
+  a->conns[rank] = std::move(ev.socket);
+  a->sources[rank] = ev.source;
+  a->mismatches.erase(rank);
+  ++a->arrived;
+  MWMS_LOG_DEBUG(kBoot, "rendezvous: " << c->task_name_of_rank(rank) << " arrived from "
+                                       << ev.source);
+}
+
+// Leader side: collect a hello from every other rank, then answer all of them at once.
+void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline deadline,
+                  double timeout, std::vector<PeerInfo>* peers) {
+  const int n = c->num_workers;
+  const AuthKey& key = auth_key_from_env();
+  HandshakeServer server(listener, key, {MessageKind::kHello}, kHelloSeconds);
+  Admission a;
+  a.conns.resize(n);
+  a.sources.resize(n);
+  a.seen.assign(n, false);
+  WaitLog wait_log(timeout);
+  auto missing = [&](const char* between) {
+    std::string list;
+    for (int r = 1; r < n; ++r) {
+      if (a.seen[r]) continue;
+      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
+      list += (list.empty() ? "" : ", ") + c->task_name_of_rank(r) + between + where;
+    }
+    return list;
+  };
+  while (a.arrived < n && a.fatal.empty() && common::Clock::now() < deadline) {
+    std::optional<HandshakeEvent> ev =
+        server.next(std::min(deadline, common::deadline_after(0.5)));
+    drop_departed(*c, &a);
+    if (ev && ev->ok) {
+      admit(c, std::move(*ev), key.enabled(), &a, peers);
+    } else if (ev) {
+      const int r = ev->claim.rank;
+      std::string text = "a connection from " + ev->source +
+                         (r >= 0 ? " claiming " + claimed_task(*c, r) : std::string()) + ": " +
+                         ev->reason;
+      a.refused(text);
+      if (ev->key_mismatch && r > 0 && r < n && !a.seen[r] && !a.mismatches.count(r)) {
+        a.mismatches[r] = {common::Clock::now(), text};
+      }
+    }
+    for (const auto& [r, m] : a.mismatches) {
+      if (a.seen[r] || common::seconds_left(m.first + std::chrono::duration_cast<common::Clock::duration>(
+                                                            std::chrono::duration<double>(
+                                                                kMismatchGraceSeconds))) > 0) {
+        continue;
+      }
+      a.fatal = c->task_name() + " refused " + m.second + ", and no task proved the key for " +
+                c->task_name_of_rank(r) + " within " + fmt_seconds(kMismatchGraceSeconds) +
+                "; every task must have the same MWMS_AUTH_KEY (or MWMS_AUTH_KEY_FILE)";
+      break;
+    }
+    wait_log.tick([&] { return "rendezvous: waiting for " + missing(" at "); });
+  }
+  std::string error = a.fatal;
+  if (error.empty() && a.arrived < n) {
     error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
-            " for every task to join the rendezvous; never arrived: " + missing;
+            " for every task to join the rendezvous; never arrived: ";
+    bool first = true;
+    for (int r = 1; r < n; ++r) {
+      if (a.seen[r]) continue;
+      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
+      error += (first ? "" : ", ") + c->task_name_of_rank(r) + " (" + where + ")";
+      first = false;
+    }
+    for (std::size_t i = 0; i < a.refusals.size(); ++i) {
+      error += (i == 0 ? "; refused: " : "; ") + a.refusals[i];
+    }
   }
   json all = json::array();
   for (const PeerInfo& p : *peers) all.push_back(to_json(p));
   json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}, {"peers", all}}
                              : json{{"ok", false}, {"error", error}};
   for (int r = 1; r < n; ++r) {
-    if (conns[r].valid()) send_message(conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
+    if (a.conns[r].valid()) {
+      send_message(a.conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
+    }
   }
   if (!error.empty()) throw BootstrapError(error, context_of(*c));
+}
+
+// Raises the follower's error for a handshake with the leader that did not succeed.
+[[noreturn]] void throw_handshake(const ResolvedCluster& c, const ConnectOutcome& o) {
+  using Status = ConnectOutcome::Status;
+  std::string leader = c.task_name_of_rank(0) + " at " + c.ring[0];
+  std::string text;
+  switch (o.status) {
+    case Status::kKeyMismatch:
+      text = "key mismatch: " + c.task_name() + " and " + leader +
+             " do not hold the same MWMS_AUTH_KEY (" + o.detail +
+             "); every task must have the same key";
+      break;
+    case Status::kRefused:
+      text = leader + " refused the connection of " + c.task_name() + ": " + o.detail;
+      break;
+    case Status::kIo:
+      text = c.task_name() + " could not finish the handshake with " + leader + ": " +
+             o.io.describe() + " (is a libmwms task listening there?)";
+      break;
+    default:
+      text = c.task_name() + " could not finish the handshake with " + leader + ": " + o.detail +
+             " (is another program, or another libmwms version, holding that port?)";
+  }
+  throw BootstrapError(text, context_of(c, 0));
 }
 
 // Follower side: reach the leader, introduce ourselves, receive the ring or the job's error.
 void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const PeerInfo& mine,
                  std::vector<PeerInfo>* peers) {
   auto [host, port] = split_address(c->ring[0]);
+  const AuthKey& key = auth_key_from_env();
   std::string last_error;
   auto start = common::Clock::now();
-  common::Socket s = common::connect_tcp(host, port, deadline, &last_error);
+  WaitLog wait_log(timeout);
+  const std::string leader = c->task_name_of_rank(0) + " at " + c->ring[0];
+  common::Socket s;
+  while (!s.valid() && common::Clock::now() < deadline) {
+    s = common::connect_tcp(host, port, std::min(deadline, common::deadline_after(1)),
+                            &last_error);
+    if (!s.valid()) wait_log.tick([&] { return "rendezvous: waiting for " + leader; });
+  }
   if (!s.valid()) {
-    throw BootstrapError(c->task_name() + " could not reach " + c->task_name_of_rank(0) + " at " +
-                             c->ring[0] + " for " + fmt_seconds(timeout) + " (last error: " +
-                             last_error + "); is that task running with the same cluster?",
+    throw BootstrapError(c->task_name() + " could not reach " + leader + " for " +
+                             fmt_seconds(timeout) + " (last error: " + last_error +
+                             "); is that task running with the same cluster?",
                          context_of(*c, 0));
   }
-  IoResult w = send_message(s.fd(), MessageKind::kHello, hello_of(*c, mine).dump(), deadline);
+  // The leader answers once every rank has arrived, by its own deadline (Note [rendezvous
+  // admission]); honour the connect timeout within a small margin.
+  const Deadline answer_deadline =
+      deadline + std::chrono::duration_cast<common::Clock::duration>(
+                     std::chrono::duration<double>(kAnswerMarginSeconds));
+  HandshakeClaim claim{MessageKind::kHello, c->task_id, c->cluster.fingerprint(),
+                       hello_of(*c, mine).dump()};
+  ConnectOutcome o = connect_handshake(s.fd(), key, claim, answer_deadline);
+  if (o.status != ConnectOutcome::Status::kOk) throw_handshake(*c, o);
   MessageKind kind;
   std::string text;
-  // The leader answers once every rank has arrived, which can take up to its own timeout.
-  IoResult r = w.status == IoStatus::kOk
-                   ? recv_message(s.fd(), &kind, &text, common::deadline_after(timeout + 10))
-                   : w;
+  IoResult r{IoStatus::kTimeout, 0};
+  while (common::Clock::now() < answer_deadline) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 1000) > 0) {
+      r = recv_message(s.fd(), &kind, &text, answer_deadline);
+      break;
+    }
+    wait_log.tick([&] { return "rendezvous: waiting for the answer of " + leader; });
+  }
   if (r.status != IoStatus::kOk) {
     double waited = std::chrono::duration<double>(common::Clock::now() - start).count();
-    throw BootstrapError(c->task_name() + " got no rendezvous answer from " +
-                             c->task_name_of_rank(0) + " at " + c->ring[0] + " after " +
-                             fmt_seconds(waited) + ": " + r.describe() +
+    throw BootstrapError(c->task_name() + " got no rendezvous answer from " + leader + " after " +
+                             fmt_seconds(waited) + " of " + fmt_seconds(timeout) +
+                             " (MWMS_CONNECT_TIMEOUT_SECONDS, + " +
+                             fmt_seconds(kAnswerMarginSeconds) + " margin): " + r.describe() +
                              " (is a libmwms task listening there, or another program holding "
                              "that port?)",
                          context_of(*c, 0));
@@ -347,30 +515,6 @@ void log_ring(const ResolvedCluster& c) {
 
 }  // namespace
 
-IoResult send_message(int fd, MessageKind kind, const std::string& text, Deadline deadline) {
-  // Refuse here what the receiver would refuse as a protocol error: the sender then reports the
-  // true cause ("Message too long") instead of the peer seeing a broken frame. TF_CONFIG's limits
-  // (Note [bounded TF_CONFIG]) keep real rendezvous messages far below kMaxMessageBytes.
-  if (text.size() > kMaxMessageBytes) return {IoStatus::kError, EMSGSIZE};
-  MessageHeader h{kMagic, kVersion, static_cast<std::uint32_t>(kind),
-                  static_cast<std::uint32_t>(text.size())};
-  IoResult r = common::write_exact(fd, &h, sizeof(h), deadline);
-  if (r.status != IoStatus::kOk) return r;
-  return common::write_exact(fd, text.data(), text.size(), deadline);
-}
-
-IoResult recv_message(int fd, MessageKind* kind, std::string* text, Deadline deadline) {
-  MessageHeader h{};
-  IoResult r = common::read_exact(fd, &h, sizeof(h), deadline);
-  if (r.status != IoStatus::kOk) return r;
-  if (h.magic != kMagic || h.version != kVersion || h.length > kMaxMessageBytes) {
-    return {IoStatus::kError, EPROTO};
-  }
-  *kind = static_cast<MessageKind>(h.kind);
-  text->assign(h.length, '\0');
-  return common::read_exact(fd, text->data(), h.length, deadline);
-}
-
 RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_seconds,
                             PeerInfo mine) {
   RendezvousResult out{in, common::Socket(), {}};
@@ -386,6 +530,7 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
     log_ring(c);
     return out;
   }
+  auth_key_from_env();  // a bad MWMS_AUTH_KEY(_FILE) fails here, before anything listens
   Deadline deadline = common::deadline_after(connect_timeout_seconds);
   out.listener = open_listener(&c);
   mine.address = c.ring[c.task_id];

@@ -1,9 +1,10 @@
 // TCP transport and the socket mesh (two-phase through bootstrap, STYLE item 27). After the
 // peer-info exchange every rank knows every listen address. For each pair of ranks the higher rank
 // connects to the lower one's listener: always a control link (engine/control_plane.h) and, when
-// the pair's data goes over TCP, a data link. Each connection opens with a hello naming the
-// connecting rank, the cluster fingerprint, the link's purpose and the transport the connecting
-// rank chose for the pair, which the accepting rank checks against its own choice.
+// the pair's data goes over TCP, a data link. Each connection opens with the handshake of
+// bootstrap/handshake.h (with MWMS_AUTH_KEY: a proof of the key both ways) naming the connecting
+// rank, the cluster fingerprint, the link's purpose and the transport the connecting rank chose
+// for the pair, which the accepting rank checks against its own choice.
 #pragma once
 
 #include <memory>
@@ -24,7 +25,8 @@ struct MeshSockets {
 /// Connects the mesh of rank cluster.task_id: control links to every peer, TCP data links to the
 /// peers with kinds[peer] == kTcp. `kinds` is by rank and must be what every rank computes for
 /// its pairs. @throws BootstrapError naming the peer that could not be reached, never connected
-/// within `timeout_seconds`, or chose another transport for the pair.
+/// within `timeout_seconds`, failed the key handshake (key mismatch), or chose another transport
+/// for the pair.
 MeshSockets connect_mesh(const ResolvedCluster& cluster, const common::Socket& listener,
                          const std::vector<TransportKind>& kinds, double timeout_seconds);
 
