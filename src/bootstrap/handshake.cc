@@ -482,7 +482,13 @@ void HandshakeServer::advance(Pending* p) {
   p->decoder = FrameDecoder(kMaxHandshakeBytes);
   if (p->stage == Stage::kFirst) {
     if (std::find(kinds_.begin(), kinds_.end(), kind) == kinds_.end()) {
-      refused(MessageKind::kChallenge, "unexpected message kind here", false,
+      refused(MessageKind::kChallenge,
+              "this listener takes no " + std::string(kind == MessageKind::kHello
+                                                          ? "rendezvous hello"
+                                                          : "frame of kind " + std::to_string(
+                                                                static_cast<std::uint32_t>(kind))) +
+                  " now (the rendezvous is over, or this task is not the leader)",
+              false,
               "sent a frame of kind " + std::to_string(static_cast<std::uint32_t>(kind)) +
                   ", not a hello this listener expects now");
       return;

@@ -320,3 +320,58 @@ TEST_CASE("a follower waits for the leader's answer no longer than its connect t
   CHECK(seconds > 1.5);
   CHECK(seconds < 5.5);  // the connect timeout + the 2 s margin, not timeout + 10 s
 }
+
+TEST_CASE("a task that reconnects after its first hello takes its rank back", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    if (rank == 2) ::usleep(1500 * 1000);  // the rendezvous stays open while worker 1 comes back
+    if (rank == 1) {
+      // A first attempt (a task restarted by its scheduler) that joins, then goes away. Its own
+      // connection closing frees the rank; a stranger's claim never would.
+      auto s = dial(cluster.ring[0]);
+      HandshakeClaim claim{MessageKind::kHello, 1, cluster.cluster.fingerprint(),
+                           hello_of(cluster, 1, cluster.cluster.canonical_json())};
+      auto o = mwms::bootstrap::connect_handshake(s.fd(), AuthKey(), claim,
+                                                  mwms::common::deadline_after(10));
+      if (o.status != ConnectOutcome::Status::kOk) throw std::runtime_error(o.detail);
+      ::usleep(300 * 1000);
+    }
+    auto comm = mwms::Communicator::create(cluster, quick(20));
+    if (sum_of_ranks(*comm, rank) != 6) throw std::runtime_error("wrong sum");
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("MWMS_AUTH_KEY_FILE: a world-readable file warns, an empty key or both variables fail",
+          "[tcp]") {
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 30;
+  auto results = run_ranks(opts, [](int rank, const std::string&, auto report) {
+    std::string log = log_to_file("keyfile");
+    std::string path = "/tmp/mwms-auth-test-" + std::to_string(::getpid()) + ".key";
+    std::ofstream(path) << (rank == 1 ? "\n" : "s3cret-in-a-file\n");
+    ::chmod(path.c_str(), 0644);
+    ::setenv("MWMS_AUTH_KEY_FILE", path.c_str(), 1);
+    if (rank == 2) ::setenv("MWMS_AUTH_KEY", "inline", 1);
+    try {
+      const AuthKey& key = mwms::bootstrap::auth_key_from_env();
+      report("key of " + std::to_string(key.bytes().size()) + " bytes");
+    } catch (const mwms::InvalidArgument& e) {
+      report(std::string("InvalidArgument: ") + e.what());
+    }
+    report("log: " + read_file(log));
+    std::remove(path.c_str());
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK_THAT(results[0].output, Contains("key of 16 bytes"));  // the newline stripped
+  CHECK_THAT(results[0].output, Contains("is readable by every user"));
+  CHECK_THAT(results[0].output, !Contains("s3cret"));
+  CHECK_THAT(results[1].output, Contains("InvalidArgument: MWMS_AUTH_KEY_FILE"));
+  CHECK_THAT(results[1].output, Contains("holds an empty key"));
+  CHECK_THAT(results[2].output, Contains("both MWMS_AUTH_KEY and MWMS_AUTH_KEY_FILE are set"));
+}
