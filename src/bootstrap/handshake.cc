@@ -593,6 +593,10 @@ std::optional<HandshakeEvent> HandshakeServer::next(Deadline until) {
         } else {
           pending_.push_back(std::move(p));
         }
+      } else if (errno == EMFILE || errno == ENFILE) {
+        // The connection stays queued and the listener readable: do not spin on it.
+        MWMS_LOG_WARN(kBoot, "cannot accept a connection: " << std::strerror(errno));
+        ::poll(nullptr, 0, 50);
       }
     }
     for (std::size_t i = 1; rc > 0 && i < fds.size(); ++i) {

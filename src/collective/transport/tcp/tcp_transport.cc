@@ -90,9 +90,12 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
                            mesh_context(c, n - 1));
     }
     if (!ev->ok) {
-      MWMS_LOG_WARN(kRing, "refused a link connection from " << ev->source << " claiming rank "
-                                                             << ev->claim.rank << ": "
-                                                             << ev->reason);
+      MWMS_LOG_WARN(kRing, "refused a link connection from "
+                               << ev->source
+                               << (ev->claim.rank >= 0
+                                       ? " claiming rank " + std::to_string(ev->claim.rank)
+                                       : std::string())
+                               << ": " << ev->reason);
       continue;
     }
     const int peer = ev->claim.rank;
