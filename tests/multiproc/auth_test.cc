@@ -209,7 +209,12 @@ TEST_CASE("with MWMS_AUTH_KEY on every rank the job runs and the key is never lo
       ::setenv("MWMS_AUTH_KEY", key.c_str(), 1);
     }
     if (rank == 1) ::usleep(1600 * 1000);  // the leader logs that it is waiting for worker 1
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(30));
+    // The default transport: shared memory on this host, its addresses carried by the
+    // authenticated rendezvous, and the control links over TCP through the handshake (the link
+    // test below covers TCP data links with a key).
+    mwms::CommunicatorOptions options = quick(30);
+    options.transport = mwms::TransportChoice::kAuto;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), options);
     std::int64_t sum = sum_of_ranks(*comm, rank);
     if (sum != 6) throw std::runtime_error("wrong sum " + std::to_string(sum));
     if (rank == 0) {
@@ -221,6 +226,7 @@ TEST_CASE("with MWMS_AUTH_KEY on every rank the job runs and the key is never lo
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) CHECK(r.exit_code == 0);
   CHECK_THAT(results[0].output, Contains("MWMS_AUTH_KEY (set, not shown)"));
+  CHECK_THAT(results[0].output, Contains("links: 2 shm"));
   CHECK_THAT(results[0].output, Contains("rendezvous: waiting for worker 1 at localhost:"));
   CHECK_THAT(results[0].output, Contains(" s of 30 s)"));
 }
