@@ -10,17 +10,12 @@
 #include <openssl/sha.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
@@ -33,8 +28,6 @@ using common::IoResult;
 using common::IoStatus;
 using nlohmann::json;
 
-constexpr std::uint32_t kMagic = 0x424D574D;  // "MWMB" little-endian
-constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kMaxFingerprintBytes = 256;
 constexpr std::size_t kMaxReasonBytes = 300;
 // Bound on connections handshaking at once at one listener: a flood beyond it is refused
@@ -42,13 +35,6 @@ constexpr std::size_t kMaxReasonBytes = 300;
 constexpr std::size_t kMaxPending = 256;
 constexpr const char* kLabel = "mwms-auth-v1";
 
-struct MessageHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint32_t kind;
-  std::uint32_t length;
-};
-static_assert(sizeof(MessageHeader) == 16, "frame header is 16 bytes on the wire");
 
 std::string to_hex(std::string_view bytes) {
   static const char* digits = "0123456789abcdef";
@@ -120,145 +106,6 @@ std::string error_of(const json& j) {
 }
 
 }  // namespace
-
-// ---- Framing -------------------------------------------------------------------------------
-
-IoResult send_message(int fd, MessageKind kind, const std::string& text, Deadline deadline) {
-  // Refuse here what the receiver would refuse as a protocol error: the sender then reports the
-  // true cause ("Message too long") instead of the peer seeing a broken frame. TF_CONFIG's limits
-  // (Note [bounded TF_CONFIG]) keep real rendezvous messages far below kMaxMessageBytes.
-  if (text.size() > kMaxMessageBytes) return {IoStatus::kError, EMSGSIZE};
-  MessageHeader h{kMagic, kVersion, static_cast<std::uint32_t>(kind),
-                  static_cast<std::uint32_t>(text.size())};
-  // One buffer, one write: a frame never sits half-sent between two system calls.
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
-  frame += text;
-  return common::write_exact(fd, frame.data(), frame.size(), deadline);
-}
-
-IoResult recv_message(int fd, MessageKind* kind, std::string* text, Deadline deadline,
-                      std::size_t max_bytes) {
-  MessageHeader h{};
-  IoResult r = common::read_exact(fd, &h, sizeof(h), deadline);
-  if (r.status != IoStatus::kOk) return r;
-  if (h.magic != kMagic || h.version != kVersion || h.length > max_bytes ||
-      h.length > kMaxMessageBytes) {
-    return {IoStatus::kError, EPROTO};
-  }
-  *kind = static_cast<MessageKind>(h.kind);
-  text->assign(h.length, '\0');
-  return common::read_exact(fd, text->data(), h.length, deadline);
-}
-
-FrameDecoder::State FrameDecoder::feed(std::string_view data, std::size_t* used) {
-  *used = 0;
-  if (state_ != State::kNeedMore) return state_;
-  if (header_have_ < sizeof(header_)) {
-    std::size_t take = std::min(sizeof(header_) - header_have_, data.size());
-    std::memcpy(header_ + header_have_, data.data(), take);
-    header_have_ += take;
-    *used += take;
-    data.remove_prefix(take);
-    if (header_have_ < sizeof(header_)) return state_;
-    MessageHeader h;
-    std::memcpy(&h, header_, sizeof(h));
-    if (h.magic != kMagic || h.version != kVersion || h.length > max_bytes_ ||
-        h.length > kMaxMessageBytes) {
-      return state_ = State::kError;
-    }
-    kind_ = static_cast<MessageKind>(h.kind);
-    length_ = h.length;
-    text_.clear();
-    text_.reserve(length_);
-  }
-  std::size_t take = std::min(length_ - text_.size(), data.size());
-  text_.append(data.data(), take);
-  *used += take;
-  if (text_.size() == length_) state_ = State::kDone;
-  return state_;
-}
-
-FrameDecoder::State FrameDecoder::read_from(int fd, IoResult* io) {
-  *io = {};
-  while (state_ == State::kNeedMore) {
-    // Read no further than this frame: the next one belongs to whoever reads after us.
-    char buf[4096];
-    std::size_t want = header_have_ < sizeof(header_) ? sizeof(header_) - header_have_
-                                                      : std::min(sizeof(buf), length_ - text_.size());
-    ssize_t n = ::recv(fd, buf, want, MSG_DONTWAIT);
-    if (n == 0) {
-      *io = {IoStatus::kClosed, 0};
-      return state_ = State::kError;
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return state_;
-      *io = {IoStatus::kError, errno};
-      return state_ = State::kError;
-    }
-    std::size_t used = 0;
-    feed(std::string_view(buf, static_cast<std::size_t>(n)), &used);
-    if (state_ == State::kError) *io = {IoStatus::kError, EPROTO};
-  }
-  return state_;
-}
-
-// ---- The key ------------------------------------------------------------------------------
-
-AuthKey::~AuthKey() {
-  if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
-}
-
-namespace {
-
-AuthKey load_auth_key() {
-  const bool inline_set = common::env_is_present("MWMS_AUTH_KEY");
-  const bool file_set = common::env_is_set("MWMS_AUTH_KEY_FILE");
-  if (inline_set && file_set) {
-    throw InvalidArgument("both MWMS_AUTH_KEY and MWMS_AUTH_KEY_FILE are set; set only one");
-  }
-  if (inline_set) {
-    std::string key = common::env_string("MWMS_AUTH_KEY");
-    if (key.empty()) {
-      throw InvalidArgument("MWMS_AUTH_KEY is set but empty: an empty key authenticates no one "
-                            "(unset it to run without authentication)");
-    }
-    return AuthKey(std::move(key));
-  }
-  if (!file_set) return AuthKey();
-  const std::string path = common::env_string("MWMS_AUTH_KEY_FILE");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw InvalidArgument("MWMS_AUTH_KEY_FILE " + path + " cannot be read: " +
-                          std::strerror(errno));
-  }
-  if ((st.st_mode & S_IROTH) != 0) {
-    MWMS_LOG_WARN(kBoot, "MWMS_AUTH_KEY_FILE " << path << " is readable by every user (mode "
-                                               << std::oct << (st.st_mode & 0777) << std::dec
-                                               << "); chmod 600 it");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) {
-    throw InvalidArgument("MWMS_AUTH_KEY_FILE " + path + " cannot be read");
-  }
-  if (!key.empty() && key.back() == '\n') key.pop_back();
-  if (!key.empty() && key.back() == '\r') key.pop_back();
-  if (key.empty()) {
-    throw InvalidArgument("MWMS_AUTH_KEY_FILE " + path + " holds an empty key");
-  }
-  return AuthKey(std::move(key));
-}
-
-}  // namespace
-
-const AuthKey& auth_key_from_env() {
-  // Read once, like every variable (docs/env.md): later changes have no effect.
-  static std::once_flag once;
-  static AuthKey key;
-  std::call_once(once, [] { key = load_auth_key(); });
-  return key;
-}
 
 // ---- Proofs and the first message ---------------------------------------------------------
 
