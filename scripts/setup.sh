@@ -10,6 +10,7 @@ packages=(
   catch2                                 # unit and integration tests (Catch2 v2)
   libopenmpi-dev openmpi-bin             # MPI bootstrap, `mpirun`, bench --compare mpi
   zlib1g-dev                             # train: reads the gzip'ed IDX files
+  libssl-dev                             # libcrypto: HMAC-SHA256 auth handshake (MWMS_AUTH_KEY)
   dataset-fashion-mnist                  # train: /usr/share/datasets/fashion-mnist/*.gz
   libeigen3-dev                          # train: the MLP's matrix products
   libcli11-dev                           # command lines of train and the bench tools

@@ -1,16 +1,20 @@
 #include "bootstrap/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
 #include "bootstrap/local_address.h"
+#include "bootstrap/rendezvous_internal.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
@@ -30,49 +34,16 @@ namespace {
 using common::Deadline;
 using common::IoResult;
 using common::IoStatus;
+using detail::addresses_exchanged;
+using detail::context_of;
+using detail::fmt_seconds;
+using detail::WaitLog;
 using nlohmann::json;
-
-constexpr std::uint32_t kMagic = 0x424D574D;  // "MWMB" little-endian
-constexpr std::uint32_t kVersion = 1;
-
-struct MessageHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint32_t kind;
-  std::uint32_t length;
-};
-
-std::string fmt_seconds(double s) {
-  std::ostringstream out;
-  out.precision(1);
-  out << std::fixed << s << " s";
-  return out.str();
-}
-
-ErrorContext context_of(const ResolvedCluster& c, int peer = -1) {
-  ErrorContext ctx;
-  ctx.rank = c.task_id;
-  ctx.world_size = c.num_workers;
-  ctx.task = c.task_name();
-  ctx.op = "rendezvous";
-  if (peer >= 0) {
-    ctx.peer_rank = peer;
-    ctx.peer_task = c.task_name_of_rank(peer);
-    if (peer < static_cast<int>(c.ring.size())) ctx.peer_address = c.ring[peer];
-  }
-  return ctx;
-}
 
 std::string local_hostname() {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return host;
-}
-
-// Sources whose addresses are exchanged at start-up rather than listed in a spec: every rank's
-// view of "the cluster" is then empty, and the leader learns the followers' addresses.
-bool addresses_exchanged(const ResolvedCluster& c) {
-  return c.source == ClusterSource::kMpi || c.source == ClusterSource::kTorchrun;
 }
 
 // MPI jobs have no addresses in a spec: listen on a free port and exchange "host:port" through
@@ -155,152 +126,82 @@ json hello_of(const ResolvedCluster& c, const PeerInfo& mine) {
               {"pid", static_cast<int>(::getpid())}};
 }
 
-constexpr double kHelloSeconds = 3.0;
+// The follower waits for the answer until its connect deadline plus this margin: the leader
+// answers (with the ring or with its timeout error) by its own deadline, started about as early.
+constexpr double kAnswerMarginSeconds = 2.0;
 
-// A hello has the fields and types check_hello reads (anything else came from a foreign client).
-bool valid_hello(const json& h) {
-  return h.is_object() && h.contains("rank") && h["rank"].is_number_integer() &&
-         h.contains("world_size") && h["world_size"].is_number_integer() && h.contains("task") &&
-         h["task"].is_string() && h.contains("address") && h["address"].is_string() &&
-         h.contains("cluster") && h["cluster"].is_string() && h.contains("peer");
-}
-
-// True when the peer of a connection has closed it (or it was never open).
-bool peer_closed(const common::Socket& s) {
-  if (!s.valid()) return true;
-  char byte;
-  ssize_t n = ::recv(s.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
-// Checks one hello against the leader's own view; returns an error text or "".
-std::string check_hello(const ResolvedCluster& c, const json& h, const std::vector<bool>& seen) {
-  int rank = h.value("rank", -1);
-  int world = h.value("world_size", -1);
-  std::string task = h.value("task", std::string("?"));
-  std::string address = h.value("address", std::string("?"));
-  std::string who = task + " (" + address + ", rank " + std::to_string(rank) + ")";
-  std::string theirs = h.value("cluster", std::string());
-  std::string ours = addresses_exchanged(c) ? std::string() : c.cluster.canonical_json();
-  if (theirs != ours) {
-    return "cluster specs differ: " + who + " holds " + theirs + " but " + c.task_name() + " (" +
-           c.ring[0] + ") holds " + ours + "; every task must be started with the same cluster";
+// Raises the follower's error for a handshake with the leader that did not succeed.
+[[noreturn]] void throw_handshake(const ResolvedCluster& c, const ConnectOutcome& o) {
+  using Status = ConnectOutcome::Status;
+  std::string leader = c.task_name_of_rank(0) + " at " + c.ring[0];
+  std::string text;
+  switch (o.status) {
+    case Status::kKeyMismatch:
+      text = "key mismatch: " + c.task_name() + " and " + leader +
+             " do not hold the same MWMS_AUTH_KEY (" + o.detail +
+             "); every task must have the same key";
+      break;
+    case Status::kRefused:
+      text = leader + " refused the connection of " + c.task_name() + ": " + o.detail;
+      break;
+    case Status::kIo:
+      text = c.task_name() + " could not finish the handshake with " + leader + ": " +
+             o.io.describe() + " (is a libmwms task listening there?)";
+      break;
+    default:
+      text = c.task_name() + " could not finish the handshake with " + leader + ": " + o.detail +
+             " (is another program, or another libmwms version, holding that port?)";
   }
-  if (world != c.num_workers) {
-    return who + " counts " + std::to_string(world) + " workers but " + c.task_name() +
-           " counts " + std::to_string(c.num_workers);
-  }
-  if (rank <= 0 || rank >= c.num_workers) {
-    return who + " claims rank " + std::to_string(rank) + ", outside [1, " +
-           std::to_string(c.num_workers) + ")";
-  }
-  if (seen[rank]) return "two processes claim to be " + who + "; each task must run once";
-  if (c.source == ClusterSource::kTorchrun) {
-    try {
-      if (address.size() > 300) throw BootstrapError("longer than 300 bytes");
-      split_address(address, "announced address");
-    } catch (const BootstrapError& e) {
-      return who + " announced an address that is not host:port: " + e.what();
-    }
-  }
-  return "";
-}
-
-// Leader side: collect a hello from every other rank, then answer all of them at once.
-void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline deadline,
-                  double timeout, std::vector<PeerInfo>* peers) {
-  int n = c->num_workers;
-  std::vector<common::Socket> conns(n);
-  std::vector<bool> seen(n, false);
-  std::string error;
-  int arrived = 1;
-  while (arrived < n && error.empty()) {
-    IoResult r;
-    common::Socket s = common::accept_until(listener, deadline, &r);
-    if (!s.valid()) break;  // deadline passed: reported below with the missing ranks
-    MessageKind kind;
-    std::string text;
-    // A libmwms task sends its hello right after connecting; a silent or foreign client must not
-    // hold up the others for long.
-    IoResult m = recv_message(s.fd(), &kind, &text,
-                              std::min(deadline, common::deadline_after(kHelloSeconds)));
-    json h = m.status == IoStatus::kOk ? json::parse(text, nullptr, false) : json();
-    if (m.status != IoStatus::kOk || kind != MessageKind::kHello || !valid_hello(h)) {
-      MWMS_LOG_WARN(kBoot, "ignoring a connection that sent no valid libmwms hello ("
-                               << m.describe() << ")");
-      continue;
-    }
-    int rank = h["rank"].get<int>();
-    if (rank > 0 && rank < n && seen[rank] && peer_closed(conns[rank])) {
-      // The task restarted (e.g. its pod was rescheduled) after its first hello: take the new one.
-      MWMS_LOG_WARN(kBoot, "rendezvous: " << c->task_name_of_rank(rank) << " reconnected");
-      seen[rank] = false;
-      --arrived;
-    }
-    error = check_hello(*c, h, seen);
-    PeerInfo info;
-    std::string why;
-    if (error.empty() && (!from_json(h["peer"], &info, &why) || info.rank != rank)) {
-      error = c->task_name_of_rank(rank) + " sent a malformed peer info: " +
-              (why.empty() ? "rank differs from the hello" : why);
-    }
-    if (error.empty()) {
-      if (c->source == ClusterSource::kTorchrun) c->ring[rank] = h["address"].get<std::string>();
-      (*peers)[rank] = std::move(info);
-      seen[rank] = true;
-      conns[rank] = std::move(s);
-      ++arrived;
-      MWMS_LOG_DEBUG(kBoot, "rendezvous: " << h["task"].get<std::string>() << " arrived");
-    } else {
-      send_message(s.fd(), MessageKind::kReply, json{{"ok", false}, {"error", error}}.dump(),
-                   common::deadline_after(5));
-    }
-  }
-  if (error.empty() && arrived < n) {
-    std::string missing;
-    for (int r = 1; r < n; ++r) {
-      if (seen[r]) continue;
-      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
-      missing += (missing.empty() ? "" : ", ") + c->task_name_of_rank(r) + " (" + where + ")";
-    }
-    error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
-            " for every task to join the rendezvous; never arrived: " + missing;
-  }
-  json all = json::array();
-  for (const PeerInfo& p : *peers) all.push_back(to_json(p));
-  json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}, {"peers", all}}
-                             : json{{"ok", false}, {"error", error}};
-  for (int r = 1; r < n; ++r) {
-    if (conns[r].valid()) send_message(conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
-  }
-  if (!error.empty()) throw BootstrapError(error, context_of(*c));
+  throw BootstrapError(text, context_of(c, 0));
 }
 
 // Follower side: reach the leader, introduce ourselves, receive the ring or the job's error.
 void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const PeerInfo& mine,
                  std::vector<PeerInfo>* peers) {
   auto [host, port] = split_address(c->ring[0]);
+  const AuthKey& key = auth_key_from_env();
   std::string last_error;
   auto start = common::Clock::now();
-  common::Socket s = common::connect_tcp(host, port, deadline, &last_error);
+  WaitLog wait_log(timeout);
+  const std::string leader = c->task_name_of_rank(0) + " at " + c->ring[0];
+  common::Socket s;
+  while (!s.valid() && common::Clock::now() < deadline) {
+    s = common::connect_tcp(host, port, std::min(deadline, common::deadline_after(1)),
+                            &last_error);
+    if (!s.valid()) wait_log.tick([&] { return "rendezvous: waiting for " + leader; });
+  }
   if (!s.valid()) {
-    throw BootstrapError(c->task_name() + " could not reach " + c->task_name_of_rank(0) + " at " +
-                             c->ring[0] + " for " + fmt_seconds(timeout) + " (last error: " +
-                             last_error + "); is that task running with the same cluster?",
+    throw BootstrapError(c->task_name() + " could not reach " + leader + " for " +
+                             fmt_seconds(timeout) + " (last error: " + last_error +
+                             "); is that task running with the same cluster?",
                          context_of(*c, 0));
   }
-  IoResult w = send_message(s.fd(), MessageKind::kHello, hello_of(*c, mine).dump(), deadline);
+  // The leader answers once every rank has arrived, by its own deadline (Note [rendezvous
+  // admission]); honour the connect timeout within a small margin.
+  const Deadline answer_deadline =
+      deadline + std::chrono::duration_cast<common::Clock::duration>(
+                     std::chrono::duration<double>(kAnswerMarginSeconds));
+  HandshakeClaim claim{MessageKind::kHello, c->task_id, c->cluster.fingerprint(),
+                       hello_of(*c, mine).dump()};
+  ConnectOutcome o = connect_handshake(s.fd(), key, claim, answer_deadline);
+  if (o.status != ConnectOutcome::Status::kOk) throw_handshake(*c, o);
   MessageKind kind;
   std::string text;
-  // The leader answers once every rank has arrived, which can take up to its own timeout.
-  IoResult r = w.status == IoStatus::kOk
-                   ? recv_message(s.fd(), &kind, &text, common::deadline_after(timeout + 10))
-                   : w;
+  IoResult r{IoStatus::kTimeout, 0};
+  while (common::Clock::now() < answer_deadline) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 1000) > 0) {
+      r = recv_message(s.fd(), &kind, &text, answer_deadline);
+      break;
+    }
+    wait_log.tick([&] { return "rendezvous: waiting for the answer of " + leader; });
+  }
   if (r.status != IoStatus::kOk) {
     double waited = std::chrono::duration<double>(common::Clock::now() - start).count();
-    throw BootstrapError(c->task_name() + " got no rendezvous answer from " +
-                             c->task_name_of_rank(0) + " at " + c->ring[0] + " after " +
-                             fmt_seconds(waited) + ": " + r.describe() +
+    throw BootstrapError(c->task_name() + " got no rendezvous answer from " + leader + " after " +
+                             fmt_seconds(waited) + " of " + fmt_seconds(timeout) +
+                             " (MWMS_CONNECT_TIMEOUT_SECONDS, + " +
+                             fmt_seconds(kAnswerMarginSeconds) + " margin): " + r.describe() +
                              " (is a libmwms task listening there, or another program holding "
                              "that port?)",
                          context_of(*c, 0));
@@ -347,29 +248,36 @@ void log_ring(const ResolvedCluster& c) {
 
 }  // namespace
 
-IoResult send_message(int fd, MessageKind kind, const std::string& text, Deadline deadline) {
-  // Refuse here what the receiver would refuse as a protocol error: the sender then reports the
-  // true cause ("Message too long") instead of the peer seeing a broken frame. TF_CONFIG's limits
-  // (Note [bounded TF_CONFIG]) keep real rendezvous messages far below kMaxMessageBytes.
-  if (text.size() > kMaxMessageBytes) return {IoStatus::kError, EMSGSIZE};
-  MessageHeader h{kMagic, kVersion, static_cast<std::uint32_t>(kind),
-                  static_cast<std::uint32_t>(text.size())};
-  IoResult r = common::write_exact(fd, &h, sizeof(h), deadline);
-  if (r.status != IoStatus::kOk) return r;
-  return common::write_exact(fd, text.data(), text.size(), deadline);
+namespace detail {
+
+std::string fmt_seconds(double s) {
+  std::ostringstream out;
+  out.precision(1);
+  out << std::fixed << s << " s";
+  return out.str();
 }
 
-IoResult recv_message(int fd, MessageKind* kind, std::string* text, Deadline deadline) {
-  MessageHeader h{};
-  IoResult r = common::read_exact(fd, &h, sizeof(h), deadline);
-  if (r.status != IoStatus::kOk) return r;
-  if (h.magic != kMagic || h.version != kVersion || h.length > kMaxMessageBytes) {
-    return {IoStatus::kError, EPROTO};
+ErrorContext context_of(const ResolvedCluster& c, int peer) {
+  ErrorContext ctx;
+  ctx.rank = c.task_id;
+  ctx.world_size = c.num_workers;
+  ctx.task = c.task_name();
+  ctx.op = "rendezvous";
+  if (peer >= 0) {
+    ctx.peer_rank = peer;
+    ctx.peer_task = c.task_name_of_rank(peer);
+    if (peer < static_cast<int>(c.ring.size())) ctx.peer_address = c.ring[peer];
   }
-  *kind = static_cast<MessageKind>(h.kind);
-  text->assign(h.length, '\0');
-  return common::read_exact(fd, text->data(), h.length, deadline);
+  return ctx;
 }
+
+// Sources whose addresses are exchanged at start-up rather than listed in a spec: every rank's
+// view of "the cluster" is then empty, and the leader learns the followers' addresses.
+bool addresses_exchanged(const ResolvedCluster& c) {
+  return c.source == ClusterSource::kMpi || c.source == ClusterSource::kTorchrun;
+}
+
+}  // namespace detail
 
 RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_seconds,
                             PeerInfo mine) {
@@ -386,13 +294,14 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
     log_ring(c);
     return out;
   }
+  auth_key_from_env();  // a bad MWMS_AUTH_KEY(_FILE) fails here, before anything listens
   Deadline deadline = common::deadline_after(connect_timeout_seconds);
   out.listener = open_listener(&c);
   mine.address = c.ring[c.task_id];
   out.peers.resize(static_cast<std::size_t>(c.num_workers));
   if (c.task_id == 0) {
     out.peers[0] = mine;
-    serve_hellos(&c, out.listener, deadline, connect_timeout_seconds, &out.peers);
+    detail::serve_hellos(&c, out.listener, deadline, connect_timeout_seconds, &out.peers);
   } else {
     join_leader(&c, deadline, connect_timeout_seconds, mine, &out.peers);
   }

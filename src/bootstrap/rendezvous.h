@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/handshake.h"
 #include "bootstrap/peer_info.h"
 #include "common/socket.h"
 #include "mwms/cluster.h"
@@ -23,23 +24,17 @@ struct RendezvousResult {
 /// Runs the rendezvous for `cluster` within `connect_timeout_seconds` and exchanges `mine` (its
 /// rank and address are filled in here) with every rank: the result holds every rank's PeerInfo,
 /// bounds-checked, with local ranks assigned.
+/// Every connection runs the handshake of bootstrap/handshake.h (with MWMS_AUTH_KEY: proves the
+/// key both ways); the leader reads all hellos at once (Note [rendezvous admission]).
 /// @throws BootstrapError naming task and address: listen port in use, leader unreachable, ranks
-///   that never arrived (with the time waited), a rank whose cluster differs (naming it).
+///   that never arrived (with the time waited and the hellos refused, by source address), a rank
+///   whose cluster differs (naming it), a key mismatch (naming the task and the source address).
+/// @throws InvalidArgument for a bad MWMS_AUTH_KEY / MWMS_AUTH_KEY_FILE.
 RendezvousResult rendezvous(const ResolvedCluster& cluster, double connect_timeout_seconds,
                             PeerInfo mine = {});
 
-/// Length-prefixed JSON message used by the rendezvous and the ring handshake:
-/// magic "MWMB", version, kind, length (bounded by kMaxMessageBytes) then the JSON text.
-enum class MessageKind : std::uint32_t { kHello = 1, kReply = 2, kRingData = 3, kRingControl = 4 };
-constexpr std::size_t kMaxMessageBytes = 4u << 20;
-
-/// Sends one message; returns the I/O result.
-common::IoResult send_message(int fd, MessageKind kind, const std::string& json,
-                              common::Deadline deadline);
-/// Receives one message; sets *kind and *json. A bad magic/version/length gives kError with
-/// error = EPROTO.
-common::IoResult recv_message(int fd, MessageKind* kind, std::string* json,
-                              common::Deadline deadline);
+// The frames (MessageKind, send_message, recv_message) and the handshake that opens every
+// connection live in bootstrap/handshake.h (Note [auth handshake]).
 
 /// Exchanges `mine` among all MPI ranks (MPI_Allgather on MPI_COMM_WORLD), acquiring MPI from its
 /// one owner (bootstrap/mpi_runtime.h: initialised when needed, finalised only at process exit).

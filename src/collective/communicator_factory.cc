@@ -142,7 +142,7 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   if (rv.cluster.is_chief) {
     MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
     for (const auto& var : common::env_registry()) {
-      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_string(var.name));
+      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_value_for_log(var.name));
     }
   }
   if (alone) {

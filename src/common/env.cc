@@ -62,6 +62,11 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SOCKET_IFNAME", EnvType::kString, "", "NCCL_SOCKET_IFNAME syntax: eth,ib ^docker =eth0",
        "Interface whose address a task advertises when the launcher names none (mpirun, torchrun "
        "ranks other than 0); empty: the route toward the leader."},
+      {"MWMS_AUTH_KEY", EnvType::kString, "", "any non-empty bytes (never logged)",
+       "Shared secret: every connection runs an HMAC-SHA256 challenge-response with it "
+       "(docs/security.md). Must be the same on every rank."},
+      {"MWMS_AUTH_KEY_FILE", EnvType::kString, "", "path of a file holding the key",
+       "Reads the key from this file (one trailing newline stripped) instead of MWMS_AUTH_KEY."},
       {"MWMS_SLURM_PORT_BASE", EnvType::kInt, "8888", "1..65535",
        "Under srun: task t of a node listens at that node's name and this port + t (its local "
        "id), as TF's SlurmClusterResolver (port_base 8888)."},
@@ -81,7 +86,8 @@ const EnvVarInfo& find_var(std::string_view name) {
 // Values are read once per process; later changes to the environment are ignored on purpose.
 struct Read {
   std::string value;
-  bool set = false;  // present (and not empty) in the environment
+  bool set = false;      // present (and not empty) in the environment
+  bool present = false;  // present, even empty
 };
 
 const Read& read_once(std::string_view name) {
@@ -100,7 +106,8 @@ const Read& read_once(std::string_view name) {
     }
   }
   // std::map never moves its nodes: the reference stays valid.
-  return cache.emplace(std::string(name), Read{value, raw != nullptr && *raw != '\0'})
+  return cache
+      .emplace(std::string(name), Read{value, raw != nullptr && *raw != '\0', raw != nullptr})
       .first->second;
 }
 
@@ -109,6 +116,15 @@ const Read& read_once(std::string_view name) {
 std::string env_string(std::string_view name) { return read_once(name).value; }
 
 bool env_is_set(std::string_view name) { return read_once(name).set; }
+
+bool env_is_present(std::string_view name) { return read_once(name).present; }
+
+std::string env_value_for_log(std::string_view name) {
+  const Read& read = read_once(name);
+  // Secrets are shown as set or not, never by value (docs/security.md).
+  if (name == "MWMS_AUTH_KEY") return read.set ? "(set, not shown)" : "";
+  return read.value;
+}
 
 long long env_int(std::string_view name) {
   const std::string& value = read_once(name).value;

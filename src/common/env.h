@@ -32,6 +32,14 @@ double env_double(std::string_view name);
 /// @throws InternalError if `name` is not registered; InvalidArgument as env_string.
 bool env_is_set(std::string_view name);
 
+/// Whether a registered variable is in the environment at all, even with an empty value (for
+/// variables where an empty value is an error rather than "unset"). Throws as env_is_set.
+bool env_is_present(std::string_view name);
+
+/// The effective value to print in logs: the value, except for secrets (MWMS_AUTH_KEY), shown
+/// as "(set, not shown)" or empty. Throws as env_string.
+std::string env_value_for_log(std::string_view name);
+
 /// MWMS_* variables present in the environment that the registry does not know (typos).
 std::vector<std::string> unknown_env_vars();
 

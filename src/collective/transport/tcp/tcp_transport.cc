@@ -6,8 +6,9 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
-#include "bootstrap/rendezvous.h"
+#include "bootstrap/handshake.h"
 #include "collective/transport/tcp/tcp_link.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -36,28 +37,44 @@ ErrorContext mesh_context(const ResolvedCluster& c, int peer) {
 common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
                           TransportKind transport, common::Deadline deadline, double timeout,
                           int stream = 0, int streams = 1) {
-  auto [host, port] = split_address(c.ring[static_cast<std::size_t>(peer)]);
+  const std::string& address = c.ring[static_cast<std::size_t>(peer)];
+  auto [host, port] = split_address(address);
   std::string error;
   common::Socket s = common::connect_tcp(host, port, deadline, &error);
-  json hello{{"rank", c.task_id},
-             {"fingerprint", c.cluster.fingerprint()},
-             {"transport", transport_name(transport)}};
+  if (!s.valid()) {
+    throw BootstrapError(c.task_name() + " could not connect to " + c.task_name_of_rank(peer) +
+                             " at " + address + " within " +
+                             std::to_string(static_cast<int>(timeout)) + " s: " + error,
+                         mesh_context(c, peer));
+  }
+  // Note [auth handshake]: the claims (rank, fingerprint, link kind, transport, stream) are
+  // covered by the key's proofs when MWMS_AUTH_KEY is set. The lower rank answers once it
+  // accepts, after its own connects to the ranks below it, so this waits up to the link deadline.
+  json hello{{"transport", transport_name(transport)}};
   if (kind == MessageKind::kRingData) {  // Note [tcp stripes]: which of the pair's streams
     hello["stream"] = stream;
     hello["streams"] = streams;
   }
-  if (!s.valid() ||
-      bootstrap::send_message(s.fd(), kind, hello.dump(), deadline).status != common::IoStatus::kOk) {
-    throw BootstrapError(c.task_name() + " could not connect to " + c.task_name_of_rank(peer) +
-                             " at " + c.ring[static_cast<std::size_t>(peer)] + " within " +
-                             std::to_string(static_cast<int>(timeout)) + " s: " + error,
+  bootstrap::HandshakeClaim claim{kind, c.task_id, c.cluster.fingerprint(), hello.dump()};
+  bootstrap::ConnectOutcome o =
+      bootstrap::connect_handshake(s.fd(), bootstrap::auth_key_from_env(), claim, deadline);
+  if (o.status != bootstrap::ConnectOutcome::Status::kOk) {
+    std::string why = o.status == bootstrap::ConnectOutcome::Status::kIo ? o.io.describe() : o.detail;
+    if (o.status == bootstrap::ConnectOutcome::Status::kKeyMismatch) {
+      why = "key mismatch (" + why + "): every task must have the same MWMS_AUTH_KEY";
+    }
+    throw BootstrapError(c.task_name() + " could not open its " +
+                             (kind == MessageKind::kRingData ? "data" : "control") + " link to " +
+                             c.task_name_of_rank(peer) + " at " + address + ": " + why,
                          mesh_context(c, peer));
   }
   return s;
 }
 
 // Accepts connections until every higher rank has connected its control link and, where the
-// pair uses TCP, its data link.
+// pair uses TCP, its data links. Handshakes run concurrently (bootstrap::HandshakeServer); a
+// connection that fails one, or is not from a higher rank of this cluster, is logged with its
+// real source address and dropped.
 void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener,
                         const std::vector<TransportKind>& kinds, common::Deadline deadline,
                         double timeout, int streams, MeshSockets* out) {
@@ -76,35 +93,33 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
     }
     return list;
   };
+  bootstrap::HandshakeServer server(listener, bootstrap::auth_key_from_env(),
+                                    {MessageKind::kRingData, MessageKind::kRingControl}, 3.0);
   while (!missing().empty()) {
-    common::IoResult r;
-    common::Socket s = common::accept_until(listener, deadline, &r);
-    if (!s.valid()) {
+    std::optional<bootstrap::HandshakeEvent> ev = server.next(deadline);
+    if (!ev) {
       throw BootstrapError(c.task_name() + " waited " + std::to_string(static_cast<int>(timeout)) +
-                               " s for its links; never connected: " + missing() + " (" +
-                               r.describe() + ")",
+                               " s for its links; never connected: " + missing(),
                            mesh_context(c, n - 1));
     }
-    MessageKind kind;
-    std::string text;
-    // A peer sends its hello right after connecting; a silent or foreign client must not hold
-    // up link setup.
-    common::Deadline hello_deadline = std::min(deadline, common::deadline_after(3.0));
-    if (bootstrap::recv_message(s.fd(), &kind, &text, hello_deadline).status !=
-        common::IoStatus::kOk) {
-      MWMS_LOG_WARN(kRing, "ignoring a connection that sent no link hello");
+    if (!ev->ok) {
+      MWMS_LOG_WARN(kRing, "refused a link connection from "
+                               << ev->source
+                               << (ev->claim.rank >= 0
+                                       ? " claiming rank " + std::to_string(ev->claim.rank)
+                                       : std::string())
+                               << ": " << ev->reason);
       continue;
     }
-    json hello = json::parse(text, nullptr, false);
-    bool valid = hello.is_object() && hello.contains("rank") && hello["rank"].is_number_integer() &&
-                 hello.contains("fingerprint") && hello["fingerprint"].is_string() &&
-                 hello["fingerprint"].get<std::string>() == c.cluster.fingerprint() &&
+    const int peer = ev->claim.rank;
+    const MessageKind kind = ev->claim.kind;
+    json hello = json::parse(ev->claim.hello, nullptr, false);
+    bool valid = ev->claim.fingerprint == c.cluster.fingerprint() && hello.is_object() &&
                  hello.contains("transport") && hello["transport"].is_string();
-    int peer = valid ? hello["rank"].get<int>() : -1;
-    if (!valid || peer <= c.task_id || peer >= n ||
-        (kind != MessageKind::kRingData && kind != MessageKind::kRingControl)) {
-      MWMS_LOG_WARN(kRing, "ignoring a link connection that is not from a higher rank of this "
-                           "cluster: " << text.substr(0, 200));
+    if (!valid || peer <= c.task_id || peer >= n) {
+      MWMS_LOG_WARN(kRing, "ignoring a link connection from "
+                               << ev->source << " that is not from a higher rank of this "
+                               << "cluster (claims rank " << peer << ")");
       continue;
     }
     const char* ours = transport_name(kinds[static_cast<std::size_t>(peer)]);
@@ -117,7 +132,7 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
     }
     if (kind == MessageKind::kRingControl) {
       if (!out->control[static_cast<std::size_t>(peer)].valid()) {
-        out->control[static_cast<std::size_t>(peer)] = std::move(s);
+        out->control[static_cast<std::size_t>(peer)] = std::move(ev->socket);
       }
       continue;
     }
@@ -136,7 +151,7 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
     }
     auto& data = out->data[static_cast<std::size_t>(peer)];
     if (stream >= 0 && stream < streams && !data[static_cast<std::size_t>(stream)].valid()) {
-      data[static_cast<std::size_t>(stream)] = std::move(s);
+      data[static_cast<std::size_t>(stream)] = std::move(ev->socket);
     }
   }
 }

@@ -2,9 +2,10 @@
 // peer-info exchange every rank knows every listen address. For each pair of ranks the higher rank
 // connects to the lower one's listener: always a control link (engine/control_plane.h) and, when
 // the pair's data goes over TCP, MWMS_NSOCKS_PERPEER data links (streams). Each connection opens
-// with a hello naming the connecting rank, the cluster fingerprint, the link's purpose, the
-// transport the connecting rank chose for the pair and, for data links, the stream's index and
-// the stream count, which the accepting rank checks against its own choices.
+// with the handshake of bootstrap/handshake.h (with MWMS_AUTH_KEY: a proof of the key both ways)
+// naming the connecting rank, the cluster fingerprint, the link's purpose, the transport the
+// connecting rank chose for the pair and, for data links, the stream's index and the stream
+// count, which the accepting rank checks against its own choices.
 #pragma once
 
 #include <memory>
@@ -36,9 +37,9 @@ long long socket_buffer_bytes();
 /// peers with kinds[peer] == kTcp (tcp_streams_per_peer() of them per peer, each hello naming its
 /// stream and the count). `kinds` is by rank and must be what every rank computes for its pairs.
 /// Blocks until connected or `timeout_seconds`. @throws BootstrapError naming the peer that
-/// could not be reached, never connected within `timeout_seconds`, chose another transport for
-/// the pair or opens another number of streams; InvalidArgument for a bad MWMS_NSOCKS_PERPEER or
-/// MWMS_SOCKET_BUFFER_BYTES.
+/// could not be reached, never connected within `timeout_seconds`, failed the key handshake (key
+/// mismatch), chose another transport for the pair or opens another number of streams;
+/// InvalidArgument for a bad MWMS_NSOCKS_PERPEER or MWMS_SOCKET_BUFFER_BYTES.
 MeshSockets connect_mesh(const ResolvedCluster& cluster, const common::Socket& listener,
                          const std::vector<TransportKind>& kinds, double timeout_seconds);
 
