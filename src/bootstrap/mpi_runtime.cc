@@ -5,7 +5,9 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -26,19 +28,24 @@ const char* level_name(int level) {
   }
 }
 
-std::atomic<bool> g_job_failed{false};
+std::atomic<bool> g_peer_stalled{false};
 
-// Note [no finalize after a failure]: Open MPI's MPI_Finalize waits for every process of the job
-// (a PMIx fence). After a peer failed, a survivor that has reported its PeerError or
-// TimeoutError would then block at exit for as long as a stopped (SIGSTOP) peer stays stopped,
-// and mpirun never returns. So once a communicator was poisoned, the survivor exits without
-// MPI_Finalize: mpirun sees a process that exited without finalising and ends the rest of the
-// job, and the process keeps its own exit status (MPI_Abort would replace it).
+// Note [no finalize after a stall]: Open MPI's MPI_Finalize waits for every process of the job (a
+// PMIx fence). After a peer died, that is fine: the runtime knows it is gone, and the survivors
+// finalise and exit about a second after their PeerError. After a peer *stalled* (SIGSTOP, a
+// debugger, a hung host: the survivors' TimeoutError, or a PeerError for a peer lost without
+// heartbeats) the fence would wait for as long as that peer stays stopped, and mpirun never
+// returns. So after a stall a survivor exits without MPI_Finalize; mpirun then sees a process
+// that exited without finalising and ends the rest of the job, killing any survivor that has
+// not exited yet. A survivor therefore first waits 1 s, so that the others (which hear of the
+// failure within milliseconds through the abort relay) report their own error before mpirun
+// ends them. The process keeps its own exit status (MPI_Abort would replace it).
 // Registered with std::atexit only when libmwms initialised MPI.
 void finalise_at_exit() {
-  if (g_job_failed.load(std::memory_order_acquire)) {
-    MWMS_LOG_INFO(kInit, "exiting without MPI_Finalize: a collective failed (Note [no finalize "
-                         "after a failure])");
+  if (g_peer_stalled.load(std::memory_order_acquire)) {
+    MWMS_LOG_INFO(kInit, "exiting without MPI_Finalize: a peer stalled (Note [no finalize after "
+                         "a stall])");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     return;
   }
   int finalized = 0;
@@ -114,7 +121,9 @@ MpiRuntime& MpiRuntime::acquire() {
   return *rt;
 }
 
-void MpiRuntime::note_job_failed() noexcept { g_job_failed.store(true, std::memory_order_release); }
+void MpiRuntime::note_peer_stalled() noexcept {
+  g_peer_stalled.store(true, std::memory_order_release);
+}
 
 bool MpiRuntime::finalised() noexcept {
   int finalized = 0;

@@ -51,10 +51,11 @@ class MpiRuntime {
   /// before freeing MPI objects. False when built without MPI.
   static bool finalised() noexcept;
 
-  /// Records that a collective of this process failed because of a peer (a communicator was
-  /// poisoned): libmwms then does not call MPI_Finalize at exit (Note [no finalize after a
-  /// failure]). Thread-safe, never throws, callable without MPI.
-  static void note_job_failed() noexcept;
+  /// Records that a collective of this process failed because a peer stalled (a TimeoutError,
+  /// or a peer lost for want of heartbeats: stopped, hung or cut off) rather than died: libmwms
+  /// then does not call MPI_Finalize at exit, which would wait for that peer (Note [no finalize
+  /// after a stall]). Thread-safe, never throws, callable without MPI.
+  static void note_peer_stalled() noexcept;
 
   /// This process's rank and size in MPI_COMM_WORLD.
   int world_rank() const noexcept { return world_rank_; }

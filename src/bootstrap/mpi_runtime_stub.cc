@@ -23,7 +23,7 @@ MpiRuntime& MpiRuntime::acquire() {
   throw BootstrapError("libmwms was built without MPI (MWMS_WITH_MPI=OFF)");
 }
 
-void MpiRuntime::note_job_failed() noexcept {}
+void MpiRuntime::note_peer_stalled() noexcept {}
 
 bool MpiRuntime::finalised() noexcept { return false; }
 

@@ -15,6 +15,7 @@
 #include "bootstrap/mpi_runtime.h"
 #include "collective/backend/backend.h"
 #include "collective/communicator_factory.h"
+#include "collective/engine/control_plane.h"
 #include "collective/trace.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -137,7 +138,6 @@ class FrontEnd final : public Communicator {
 
   void abort(const std::string& reason) noexcept override {
     dump_flight_recorder("abort() called by this process: " + reason);
-    bootstrap::MpiRuntime::note_job_failed();  // Note [no finalize after a failure]
     if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
     std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
@@ -315,7 +315,11 @@ class FrontEnd final : public Communicator {
         cause = AbortCause::kTimeout;
       }
       if (dynamic_cast<const InvalidArgument*>(&e) == nullptr) {
-        bootstrap::MpiRuntime::note_job_failed();  // Note [no finalize after a failure]
+        // Note [no finalize after a stall]: a stalled peer would hold MPI_Finalize at exit.
+        if (cause == AbortCause::kTimeout ||
+            std::strstr(e.what(), kLostWithoutHeartbeat) != nullptr) {
+          bootstrap::MpiRuntime::note_peer_stalled();
+        }
         backend_->abort(failed, e.message(), cause);
       }
       MWMS_LOG_WARN(kColl, "collective failed: " << e.what());

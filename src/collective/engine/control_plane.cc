@@ -411,8 +411,8 @@ void ControlPlane::check_between_collectives() noexcept {
 
 std::string ControlPlane::lost_reason(int peer) const {
   char secs[96];
-  std::snprintf(secs, sizeof secs, " for %.1f s (lost after %.1f s without a heartbeat, ",
-                silent_seconds(peer), lost_after(peer));
+  std::snprintf(secs, sizeof secs, " for %.1f s (lost after %.1f s %s, ", silent_seconds(peer),
+                lost_after(peer), kLostWithoutHeartbeat);
   return name_of(peer) + " sent nothing on its control connection" + secs +
          "MWMS_HEARTBEAT_SECONDS): its process is stopped (SIGSTOP, a debugger) or hung, its "
          "host is down, or the network to it is cut";

@@ -67,6 +67,10 @@
 
 namespace mwms::collective {
 
+/// In the text of every PeerError for a peer lost for want of heartbeats (Note [heartbeat]),
+/// relayed ones included: how the front end tells a stalled peer from a dead one.
+inline constexpr const char* kLostWithoutHeartbeat = "without a heartbeat";
+
 /// The lock over what the control links deliver (Note [heartbeat]): one atomic exchange to take
 /// it and a plain store to release it, half of std::mutex's cost on the hot path (the engine
 /// takes it once per collective). A blocked lock() yields until it is free: the only other
