@@ -287,6 +287,9 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
   mine.rank = c.task_id;
   if (mine.host_id.empty()) mine.host_id = local_host_id();
   if (mine.transport.empty()) mine.transport = "auto";
+  // A bad MWMS_AUTH_KEY(_FILE) fails here, before anything listens, and also for a single
+  // process: a setting that is wrong must not wait for the job to grow to be reported.
+  auth_key_from_env();
   if (c.num_workers <= 1 || !c.in_ring) {
     if (!c.ring.empty()) mine.address = c.ring[0];
     out.peers.push_back(mine);
@@ -294,7 +297,6 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
     log_ring(c);
     return out;
   }
-  auth_key_from_env();  // a bad MWMS_AUTH_KEY(_FILE) fails here, before anything listens
   Deadline deadline = common::deadline_after(connect_timeout_seconds);
   out.listener = open_listener(&c);
   mine.address = c.ring[c.task_id];
