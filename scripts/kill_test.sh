@@ -27,7 +27,12 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 runs=50 transports=tcp,shm,mpi stop_every=8 timeout=5 grace=10 seed=$RANDOM build=build out=""
+usage_error() { echo "kill_test.sh: $* (see --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+  case "$1" in
+    -n|-t|--stop-every|--timeout|--grace|--seed|--build|--out)
+      [ $# -ge 2 ] || usage_error "$1 needs a value" ;;
+  esac
   case "$1" in
     -n) runs=$2; shift 2 ;;
     -t) transports=$2; shift 2 ;;
@@ -38,8 +43,12 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "kill_test.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) usage_error "unknown option $1" ;;
   esac
+done
+for v in runs:-n stop_every:--stop-every timeout:--timeout grace:--grace seed:--seed; do
+  name=${v%%:*}
+  [[ ${!name} =~ ^[0-9]+$ ]] || usage_error "${v#*:} must be a whole number, not '${!name}'"
 done
 worker=$build/bin/mwms_kill_worker
 mwmsrun=$build/bin/mwmsrun

@@ -14,7 +14,12 @@ args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --fork) fork=1; shift ;;
-    --build) build=$2; shift 2 ;;
+    --build) [ $# -ge 2 ] || { echo "soak.sh: --build needs a directory" >&2; exit 2; }
+      build=$2; shift 2 ;;
+    -h|--help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      [ -x "$build/bin/mwms_soak" ] && { echo; echo "mwms_soak options:"; "$build/bin/mwms_soak" --help; }
+      exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -9,6 +9,7 @@
 #include <Eigen/Core>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -279,7 +280,11 @@ int run(const Flags& flags) {
   summary.seed = f.train.seed;
   summary.epochs = std::max(first_epoch, f.train.epochs);
   for (int epoch = first_epoch; epoch < f.train.epochs; ++epoch) {
-    if (leader && ::isatty(STDOUT_FILENO)) {
+    // mpirun hands every rank a pseudo-terminal whatever its own output is (a file, a pipe),
+    // so under an MPI launcher the bar would fill redirected logs with redraws: off there.
+    const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                           std::getenv("PMI_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+    if (leader && ::isatty(STDOUT_FILENO) && !under_mpi) {
       trainer.set_progress(ProgressBar(epoch + 1, f.train.epochs,
                                        static_cast<std::size_t>(f.train.global_batch_size)));
     }

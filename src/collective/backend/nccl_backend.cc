@@ -194,7 +194,18 @@ NcclBackend::NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackend
   shared_->options = std::move(options);
   const NcclBackendOptions& o = shared_->options;
   const ErrorContext ctx = context("nccl init", -1);
-  check(NativeSource::kCuda, api.set_device(o.local_rank, &device_), "cudaSetDevice", ctx);
+  {
+    const int r = api.set_device(o.local_rank, &device_);
+    // The first CUDA call of the job: say plainly when this machine has no usable GPU
+    // (cudaErrorInsufficientDriver 35: no NVIDIA driver; cudaErrorNoDevice 100: no GPU).
+    check(NativeSource::kCuda, r,
+          r == 35 || r == 100
+              ? "no usable CUDA device on this machine (no NVIDIA driver or no GPU; "
+                "DeviceCommunicator needs one, CPU buffers go through Communicator): "
+                "cudaGetDeviceCount/cudaSetDevice"
+              : "cudaGetDeviceCount/cudaSetDevice",
+          ctx);
+  }
   NcclComm comm = nullptr;
   const int r = api.comm_init_rank(&comm, o.world_size, &id, o.rank);
   shared_->comm = comm;
