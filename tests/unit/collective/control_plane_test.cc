@@ -142,9 +142,13 @@ int read_heartbeats(int fd, std::uint64_t interval_ms) {
   FrameHeader h;
   pollfd p{fd, POLLIN, 0};
   while (::poll(&p, 1, 0) > 0 && ::read(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h)) {
-    CHECK(h.kind == static_cast<std::uint8_t>(CollectiveKind::kHeartbeat));
-    CHECK(h.root == 0);
-    CHECK(h.count == interval_ms);
+    // Copies: FrameHeader is packed, and Catch binds references to what it compares.
+    const std::uint8_t kind = h.kind;
+    const std::int32_t root = h.root;
+    const std::uint64_t count = h.count;
+    CHECK(kind == static_cast<std::uint8_t>(CollectiveKind::kHeartbeat));
+    CHECK(root == 0);
+    CHECK(count == interval_ms);
     ++n;
   }
   return n;

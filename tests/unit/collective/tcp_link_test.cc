@@ -66,7 +66,7 @@ void transfer(TcpLink& tx, TcpLink& rx, const std::vector<char>& data, std::uint
     rx.poll_recv(recv);
     REQUIRE(recv.arrived >= last_arrived);  // the prefix only grows
     REQUIRE(recv.arrived <= data.size());
-    REQUIRE(std::memcmp(landing.data(), data.data(), recv.arrived) == 0);
+    REQUIRE((recv.arrived == 0 || std::memcmp(landing.data(), data.data(), recv.arrived) == 0));
     last_arrived = recv.arrived;
     auto v = rx.recv_view(recv);
     rx.recv_release(recv, v.bytes);
