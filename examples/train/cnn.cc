@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "rng.h"
 
 namespace mwms::train {
 namespace {
@@ -34,34 +33,18 @@ Cnn::Cnn(CnnShape shape) : shape_(shape) {
   pool_side_ = conv_side_ / 2;
   features_ = shape.filters * pool_side_ * pool_side_;
   const std::size_t f = shape.filters, feat = features_, d = shape.dense, c = shape.classes;
-  std::size_t offset = 0;
-  for (const auto& [name, count] : {std::pair<const char*, std::size_t>{"conv2d/kernel", f * kTaps},
-                                    {"conv2d/bias", f},
-                                    {"dense_1/kernel", d * feat},
-                                    {"dense_1/bias", d},
-                                    {"dense_2/kernel", c * d},
-                                    {"dense_2/bias", c}}) {
-    slots_.push_back({name, offset, count});
-    offset += count;
-  }
-  params_.assign(offset, 0.0f);
-  grads_.assign(offset, 0.0f);
+  set_layout({{"conv2d/kernel", f * kTaps},
+              {"conv2d/bias", f},
+              {"dense_1/kernel", d * feat},
+              {"dense_1/bias", d},
+              {"dense_2/kernel", c * d},
+              {"dense_2/bias", c}});
 }
 
-void Cnn::init(std::uint64_t seed) {
-  std::mt19937_64 rng(mix_seed(seed, kInitStream));
-  std::fill(params_.begin(), params_.end(), 0.0f);
-  // Glorot uniform, as Keras' Conv2D and Dense: bound sqrt(6 / (fan_in + fan_out)), where a
-  // convolution's fans are taps x input channels and taps x filters. Biases stay zero.
-  const auto fill = [&](const TensorSlot& slot, int fan_in, int fan_out) {
-    const float bound = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-    for (std::size_t i = 0; i < slot.count; ++i) {
-      params_[slot.offset + i] = uniform_symmetric(rng, bound);
-    }
-  };
-  fill(slots_[0], kTaps, kTaps * shape_.filters);
-  fill(slots_[2], features_, shape_.dense);
-  fill(slots_[4], shape_.dense, shape_.classes);
+std::vector<GlorotFans> Cnn::glorot_fans() const {
+  return {{0, kTaps, kTaps * shape_.filters},
+          {2, features_, shape_.dense},
+          {4, shape_.dense, shape_.classes}};
 }
 
 void Cnn::reserve(int batch) {
@@ -99,13 +82,13 @@ void Cnn::forward(const float* x, int batch) {
       }
     }
   }
-  const float* p = params_.data();
-  ConstMatrixMap wc(p + slots_[0].offset, filters, kTaps);
-  Eigen::Map<const Vector> bc(p + slots_[1].offset, filters);
-  ConstMatrixMap w1(p + slots_[2].offset, shape_.dense, features_);
-  Eigen::Map<const Vector> b1(p + slots_[3].offset, shape_.dense);
-  ConstMatrixMap w2(p + slots_[4].offset, shape_.classes, shape_.dense);
-  Eigen::Map<const Vector> b2(p + slots_[5].offset, shape_.classes);
+  const float* p = params().data();
+  ConstMatrixMap wc(p + slots()[0].offset, filters, kTaps);
+  Eigen::Map<const Vector> bc(p + slots()[1].offset, filters);
+  ConstMatrixMap w1(p + slots()[2].offset, shape_.dense, features_);
+  Eigen::Map<const Vector> b1(p + slots()[3].offset, shape_.dense);
+  ConstMatrixMap w2(p + slots()[4].offset, shape_.classes, shape_.dense);
+  Eigen::Map<const Vector> b2(p + slots()[5].offset, shape_.classes);
   MatrixMap conv(conv_.data(), filters, Eigen::Index(columns));
   conv.noalias() = wc * ConstMatrixMap(cols_.data(), kTaps, Eigen::Index(columns));
   conv = (conv.colwise() + bc).cwiseMax(0.0f);
@@ -139,7 +122,7 @@ void Cnn::forward(const float* x, int batch) {
 
 std::vector<TensorSlot> Cnn::backprop_order(int blocks) const {
   if (blocks != 1) throw std::invalid_argument("cnn: backprop_order supports 1 block only");
-  return {slots_[4], slots_[5], slots_[2], slots_[3], slots_[0], slots_[1]};
+  return {slots()[4], slots()[5], slots()[2], slots()[3], slots()[0], slots()[1]};
 }
 
 double Cnn::forward_backward(const float* x, const std::uint8_t* labels, int batch,
@@ -150,8 +133,8 @@ double Cnn::forward_backward(const float* x, const std::uint8_t* labels, int bat
     if (ready) ready(i);
   };
   if (batch == 0) {
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
-    for (std::size_t i = 0; i < slots_.size(); ++i) done(i);
+    std::fill(gradients().begin(), gradients().end(), 0.0f);
+    for (std::size_t i = 0; i < slots().size(); ++i) done(i);
     return 0.0;
   }
   forward(x, batch);
@@ -159,27 +142,27 @@ double Cnn::forward_backward(const float* x, const std::uint8_t* labels, int bat
       softmax_cross_entropy(logits_.data(), labels, batch, shape_.classes, grad_scale);
   const int filters = shape_.filters;
   const std::size_t columns = std::size_t(conv_side_) * conv_side_ * batch;
-  const float* p = params_.data();
-  float* g = grads_.data();
-  ConstMatrixMap w1(p + slots_[2].offset, shape_.dense, features_);
-  ConstMatrixMap w2(p + slots_[4].offset, shape_.classes, shape_.dense);
+  const float* p = params().data();
+  float* g = gradients().data();
+  ConstMatrixMap w1(p + slots()[2].offset, shape_.dense, features_);
+  ConstMatrixMap w2(p + slots()[4].offset, shape_.classes, shape_.dense);
   MatrixMap d_logits(logits_.data(), shape_.classes, batch);
   MatrixMap hidden(hidden_.data(), shape_.dense, batch);
   MatrixMap d_hidden(d_hidden_.data(), shape_.dense, batch);
   ConstMatrixMap pooled(pooled_.data(), features_, batch);
   MatrixMap d_pooled(d_pooled_.data(), features_, batch);
 
-  MatrixMap(g + slots_[4].offset, shape_.classes, shape_.dense).noalias() =
+  MatrixMap(g + slots()[4].offset, shape_.classes, shape_.dense).noalias() =
       d_logits * hidden.transpose();
   done(0);
-  VectorMap(g + slots_[5].offset, shape_.classes) = d_logits.rowwise().sum();
+  VectorMap(g + slots()[5].offset, shape_.classes) = d_logits.rowwise().sum();
   done(1);
   d_hidden.noalias() = w2.transpose() * d_logits;
   d_hidden = (hidden.array() > 0.0f).select(d_hidden, 0.0f);  // ReLU: active where output > 0
-  MatrixMap(g + slots_[2].offset, shape_.dense, features_).noalias() =
+  MatrixMap(g + slots()[2].offset, shape_.dense, features_).noalias() =
       d_hidden * pooled.transpose();
   done(2);
-  VectorMap(g + slots_[3].offset, shape_.dense) = d_hidden.rowwise().sum();
+  VectorMap(g + slots()[3].offset, shape_.dense) = d_hidden.rowwise().sum();
   done(3);
   d_pooled.noalias() = w1.transpose() * d_hidden;
   // Through the pool (to each window's maximum, Note [cnn layout]) and the conv's ReLU.
@@ -190,10 +173,10 @@ double Cnn::forward_backward(const float* x, const std::uint8_t* labels, int bat
     if (conv_[at] > 0.0f) d_conv_[at] = d_pooled_[i];
   }
   MatrixMap d_conv(d_conv_.data(), filters, Eigen::Index(columns));
-  MatrixMap(g + slots_[0].offset, filters, kTaps).noalias() =
+  MatrixMap(g + slots()[0].offset, filters, kTaps).noalias() =
       d_conv * ConstMatrixMap(cols_.data(), kTaps, Eigen::Index(columns)).transpose();
   done(4);
-  VectorMap(g + slots_[1].offset, filters) = d_conv.rowwise().sum();
+  VectorMap(g + slots()[1].offset, filters) = d_conv.rowwise().sum();
   done(5);
   return loss;
 }

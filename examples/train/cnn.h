@@ -40,14 +40,13 @@ class Cnn : public Model {
   explicit Cnn(CnnShape shape = {});
 
   const CnnShape& shape() const noexcept { return shape_; }
-  /// conv2d/kernel (filters x 9, column-major), conv2d/bias, dense_1/kernel (dense x features),
-  /// dense_1/bias, dense_2/kernel (classes x dense), dense_2/bias, back to back.
-  const std::vector<TensorSlot>& slots() const noexcept override { return slots_; }
-  FloatBuffer& params() noexcept override { return params_; }
-  const FloatBuffer& params() const noexcept override { return params_; }
-  FloatBuffer& gradients() noexcept override { return grads_; }
+  // slots(): conv2d/kernel (filters x 9, column-major), conv2d/bias, dense_1/kernel
+  // (dense x features), dense_1/bias, dense_2/kernel (classes x dense), dense_2/bias, back to back
+  // (Note [model layout] in model.h).
 
-  void init(std::uint64_t seed) override;
+  /// conv2d/kernel (fans 9, 9 x filters: Keras' Conv2D), dense_1/kernel (features, dense),
+  /// dense_2/kernel (dense, classes), filled in that order by Model::init().
+  std::vector<GlorotFans> glorot_fans() const override;
   void reserve(int batch) override;
   /// See Model::forward_backward; `blocks` must be 1 (no layer is split).
   double forward_backward(const float* x, const std::uint8_t* labels, int batch, float grad_scale,
@@ -68,9 +67,6 @@ class Cnn : public Model {
   int conv_side_ = 0;  // side - 2
   int pool_side_ = 0;  // conv_side / 2
   int features_ = 0;   // filters * pool_side^2
-  std::vector<TensorSlot> slots_;
-  FloatBuffer params_;
-  FloatBuffer grads_;
   int capacity_ = 0;
   FloatBuffer cols_;  // 9 x (conv_side^2 * batch), Note [cnn layout]
   FloatBuffer conv_;  // filters x (conv_side^2 * batch): ReLU activations

@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "rng.h"
 
 namespace mwms::train {
 namespace {
@@ -36,30 +35,14 @@ Mlp::Mlp(MlpShape shape) : shape_(shape) {
     throw std::invalid_argument("mlp: every layer needs a positive size and >= 2 classes");
   }
   const std::size_t in = shape.inputs, hid = shape.hidden, cls = shape.classes;
-  std::size_t offset = 0;
-  for (const auto& [name, count] : {std::pair<const char*, std::size_t>{"dense_1/kernel", hid * in},
-                                    {"dense_1/bias", hid},
-                                    {"dense_2/kernel", cls * hid},
-                                    {"dense_2/bias", cls}}) {
-    slots_.push_back({name, offset, count});
-    offset += count;
-  }
-  params_.assign(offset, 0.0f);
-  grads_.assign(offset, 0.0f);
+  set_layout({{"dense_1/kernel", hid * in},
+              {"dense_1/bias", hid},
+              {"dense_2/kernel", cls * hid},
+              {"dense_2/bias", cls}});
 }
 
-void Mlp::init(std::uint64_t seed) {
-  std::mt19937_64 rng(mix_seed(seed, kInitStream));
-  std::fill(params_.begin(), params_.end(), 0.0f);
-  // Glorot uniform: bound sqrt(6 / (fan_in + fan_out)); biases stay zero.
-  const auto fill = [&](const TensorSlot& slot, int fan_in, int fan_out) {
-    const float bound = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-    for (std::size_t i = 0; i < slot.count; ++i) {
-      params_[slot.offset + i] = uniform_symmetric(rng, bound);
-    }
-  };
-  fill(slots_[0], shape_.inputs, shape_.hidden);
-  fill(slots_[2], shape_.hidden, shape_.classes);
+std::vector<GlorotFans> Mlp::glorot_fans() const {
+  return {{0, shape_.inputs, shape_.hidden}, {2, shape_.hidden, shape_.classes}};
 }
 
 void Mlp::reserve(int batch) {
@@ -72,7 +55,7 @@ void Mlp::reserve(int batch) {
 
 void Mlp::forward(const float* x, int batch) {
   reserve(batch);
-  Views p(params_.data(), shape_);
+  Views p(params().data(), shape_);
   ConstMatrixMap in(x, shape_.inputs, batch);
   Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
   Eigen::Map<Matrix> logits(logits_.data(), shape_.classes, batch);
@@ -90,49 +73,34 @@ std::vector<TensorSlot> Mlp::backprop_order(int w1_blocks) const {
   if (w1_blocks < 1 || w1_blocks > shape_.inputs) {
     throw std::invalid_argument("mlp: w1_blocks must be in [1, inputs]");
   }
-  std::vector<TensorSlot> order = {slots_[2], slots_[3]};
+  std::vector<TensorSlot> order = {slots()[2], slots()[3]};
   const std::size_t rows = static_cast<std::size_t>(shape_.hidden);
   for (int k = 0; k < w1_blocks; ++k) {
     const std::size_t c0 = static_cast<std::size_t>(shape_.inputs) * k / w1_blocks;
     const std::size_t c1 = static_cast<std::size_t>(shape_.inputs) * (k + 1) / w1_blocks;
-    order.push_back({slots_[0].name + "/" + std::to_string(k), c0 * rows, (c1 - c0) * rows});
+    order.push_back({slots()[0].name + "/" + std::to_string(k), c0 * rows, (c1 - c0) * rows});
   }
-  order.push_back(slots_[1]);
+  order.push_back(slots()[1]);
   return order;
 }
 
 double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int batch,
                              float grad_scale, const std::function<void(std::size_t)>& ready,
                              int w1_blocks) {
-  Views g(grads_.data(), shape_);
+  Views g(gradients().data(), shape_);
   const std::size_t pieces = static_cast<std::size_t>(w1_blocks) + 3;
   if (batch == 0) {
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    std::fill(gradients().begin(), gradients().end(), 0.0f);
     if (ready) {
       for (std::size_t i = 0; i < pieces; ++i) ready(i);
     }
     return 0.0;
   }
   forward(x, batch);
-  Views p(params_.data(), shape_);
+  Views p(params().data(), shape_);
   const int classes = shape_.classes;
-  // Softmax cross-entropy per column, stabilised by the column max; the logits buffer becomes
-  // d loss / d logits = grad_scale * (softmax - one_hot).
-  double loss = 0.0;
-  for (int j = 0; j < batch; ++j) {
-    float* z = logits_.data() + std::size_t(j) * classes;
-    const float zmax = *std::max_element(z, z + classes);
-    const float shifted_label_logit = z[labels[j]] - zmax;
-    float sum = 0.0f;
-    for (int k = 0; k < classes; ++k) {
-      z[k] = std::exp(z[k] - zmax);
-      sum += z[k];
-    }
-    const float inv = 1.0f / sum;
-    loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted_label_logit);
-    for (int k = 0; k < classes; ++k) z[k] *= inv * grad_scale;
-    z[labels[j]] -= grad_scale;
-  }
+  // The logits buffer becomes d loss / d logits = grad_scale * (softmax - one_hot).
+  const double loss = softmax_cross_entropy(logits_.data(), labels, batch, classes, grad_scale);
   ConstMatrixMap in(x, shape_.inputs, batch);
   Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
   Eigen::Map<Matrix> d_logits(logits_.data(), classes, batch);
@@ -164,13 +132,7 @@ double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int bat
 std::size_t Mlp::count_correct(const float* x, const std::uint8_t* labels, int batch) {
   if (batch == 0) return 0;
   forward(x, batch);
-  std::size_t correct = 0;
-  for (int j = 0; j < batch; ++j) {
-    const float* z = logits_.data() + std::size_t(j) * shape_.classes;
-    const auto best = std::max_element(z, z + shape_.classes) - z;
-    correct += (best == labels[j]) ? 1 : 0;
-  }
-  return correct;
+  return count_argmax_correct(logits_.data(), labels, batch, shape_.classes);
 }
 
 SgdMomentum::SgdMomentum(std::size_t count, float learning_rate, float momentum)

@@ -31,15 +31,12 @@ class Mlp : public Model {
   explicit Mlp(MlpShape shape = {});
 
   const MlpShape& shape() const noexcept { return shape_; }
-  /// W1 (hidden x inputs), b1, W2 (classes x hidden), b2, in this order, back to back.
-  const std::vector<TensorSlot>& slots() const noexcept override { return slots_; }
-  FloatBuffer& params() noexcept override { return params_; }
-  const FloatBuffer& params() const noexcept override { return params_; }
-  FloatBuffer& gradients() noexcept override { return grads_; }
+  // slots(): dense_1/kernel (hidden x inputs), dense_1/bias, dense_2/kernel (classes x hidden),
+  // dense_2/bias, in this order, back to back (Note [model layout] in model.h).
 
-  /// Glorot-uniform weights (TF Dense's default), zero biases, from a generator seeded with
-  /// `seed` only: identical on every worker and on every platform.
-  void init(std::uint64_t seed) override;
+  /// dense_1/kernel (fans inputs, hidden) and dense_2/kernel (hidden, classes): TF Dense's
+  /// Glorot-uniform default, filled in that order by Model::init().
+  std::vector<GlorotFans> glorot_fans() const override;
 
   /// Grows the activation buffers to hold `batch` examples; steps with at most this many examples
   /// then allocate nothing.
@@ -69,9 +66,6 @@ class Mlp : public Model {
   void forward(const float* x, int batch);
 
   MlpShape shape_;
-  std::vector<TensorSlot> slots_;
-  FloatBuffer params_;
-  FloatBuffer grads_;
   int capacity_ = 0;
   FloatBuffer hidden_;   // hidden x batch: ReLU activations
   FloatBuffer logits_;   // classes x batch: logits, then d loss / d logits in place
