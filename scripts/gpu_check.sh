@@ -67,5 +67,25 @@ fi
 step bench 150 "$bin/mwms_gpu_bench" --max-bytes $((1 << 30)) --iters 20
 grep '^{' "$log_dir/bench.log" > "$log_dir/bench.jsonl" 2>/dev/null || true
 
+# --- step: gpumodel ---
+# The train example's GPU models (cuDNN + cuBLAS): gpu:train-model (first steps' loss and
+# gradient of the MLP and the CNN against the CPU models, the device all-reduce), then one epoch
+# of the CNN on the GPU, printing test accuracy and images/s (train_cnn_gpu.json). Limits:
+# build 240 s (only when the build lacks train), gradient check 120 s, epoch 150 s (about 10 s
+# expected on one GPU). Data: FASHION_MNIST_DIR (default Debian's dataset-fashion-mnist path).
+if [[ ! -x $bin/train || ! -x $bin/mwms_gpu_train_tests ]]; then
+  step train-build 240 bash -c "cmake '$build' -DMWMS_BUILD_EXAMPLES=ON > /dev/null &&
+    cmake --build '$build' -j $(nproc) --target train mwms_gpu_train_tests"
+fi
+step gpu-train-model 120 "$bin/mwms_gpu_train_tests"
+fmnist=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [[ -f $fmnist/train-images-idx3-ubyte.gz ]]; then
+  step train-cnn-gpu 150 "$bin/train" --model cnn --device gpu --epochs 1 --data_dir "$fmnist" \
+    --metrics_file "$log_dir/train_cnn_gpu.json" && say "$(grep '^epoch' "$log_dir/train-cnn-gpu.log")"
+else
+  say "== FAIL train-cnn-gpu: no Fashion-MNIST in $fmnist (set FASHION_MNIST_DIR)"
+  failed=1
+fi
+
 if [[ $failed -eq 0 ]]; then say "gpu_check: all steps passed"; else say "gpu_check: FAILED"; fi
 exit $failed

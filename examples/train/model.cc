@@ -10,10 +10,17 @@ namespace mwms::train {
 
 void glorot_uniform_init(std::uint64_t seed, const std::vector<TensorSlot>& slots,
                          const std::vector<GlorotFans>& fans, float* params, std::size_t count) {
+  for (const TensorSlot& slot : slots) {
+    if (slot.offset + slot.count > count) {
+      throw std::invalid_argument("glorot_uniform_init: " + slot.name + " ends at " +
+                                  std::to_string(slot.offset + slot.count) + ", beyond the " +
+                                  std::to_string(count) + " parameters");
+    }
+  }
   for (const GlorotFans& f : fans) {
-    if (f.slot >= slots.size() || slots[f.slot].offset + slots[f.slot].count > count) {
+    if (f.slot >= slots.size()) {
       throw std::invalid_argument("glorot_uniform_init: kernel slot " + std::to_string(f.slot) +
-                                  " is outside the " + std::to_string(count) + " parameters");
+                                  " of " + std::to_string(slots.size()));
     }
   }
   std::mt19937_64 rng(mix_seed(seed, kInitStream));

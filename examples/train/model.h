@@ -92,8 +92,8 @@ class Model {
 /// Fills `params` (`count` floats laid out as `slots`) with zeros, then each kernel of `fans`, in
 /// that order, with Glorot-uniform values (bound sqrt(6 / (fan_in + fan_out))) from one
 /// std::mt19937_64 seeded with mix_seed(seed, kInitStream) (rng.h): what Model::init() does,
-/// for any buffer with a model's layout. @throws std::invalid_argument when a slot index or a
-/// slot's extent is outside `count`.
+/// for any buffer with a model's layout. @throws std::invalid_argument when a slot ends beyond
+/// `count` or a kernel's slot index is not in `slots`.
 void glorot_uniform_init(std::uint64_t seed, const std::vector<TensorSlot>& slots,
                          const std::vector<GlorotFans>& fans, float* params, std::size_t count);
 

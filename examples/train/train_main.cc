@@ -21,6 +21,7 @@
 #include "mwms/mwms.h"
 
 #include "checkpoint.h"
+#include "gpu_model.h"
 #include "idx_reader.h"
 #include "metrics.h"
 #include "trainer.h"
@@ -107,8 +108,9 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--device", f.device,
-                 "Where the replicas run: cpu, gpu, or auto (gpu when this build has a GPU model "
-                 "and a GPU is present, else cpu)")
+                 "Where the replicas run: cpu, gpu (cuDNN/cuBLAS, one GPU per process), or auto "
+                 "(gpu when this train has its GPU models, a GPU is present and the run needs "
+                 "neither --local_replicas > 1, --overlap_blocks nor --compression; else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
       ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
@@ -142,18 +144,31 @@ int parse_flags(int argc, char** argv, Flags& f) {
                  "cnn use 0 or 1" << std::endl;
     return 1;
   }
-  if (f.device == "gpu") {
-    // The GPU model (cuDNN/cuBLAS) is not part of train yet; say why rather than run on the CPU.
-    std::cerr << "train: error: --device gpu: "
-              << (MWMS_HAVE_CUDA ? "train has no GPU model in this build yet (only the CPU "
-                                   "reference); use --device cpu"
-                                 : "this libmwms was built without CUDA (MWMS_HAVE_CUDA 0; "
-                                   "configure with -DMWMS_WITH_CUDA=ON where the CUDA toolkit "
-                                   "is installed); use --device cpu")
-              << std::endl;
-    return 1;
+  // Note [device choice]: --device gpu needs this train's GPU models (CUDA and cuDNN at build
+  // time) and a device, and runs one replica per process (Note [gpu replica] in trainer.h): it
+  // fails naming what is missing rather than falling back to the CPU. auto is the GPU when one is
+  // present and the run is one the GPU path supports (one local replica, no overlap, no
+  // compression), else the CPU, so runs asking for the CPU-only features keep working on a GPU
+  // machine. Every worker decides alone: a job needs the same flags and hardware everywhere.
+  const bool gpu_supported_run =
+      f.local_replicas == 1 && f.train.overlap_blocks == 0 && f.compression == "none";
+  if (f.device == "gpu" || f.device == "auto") {
+    const mwms::train::GpuAvailability gpu = mwms::train::gpu_availability();
+    const bool usable = gpu.built && gpu.devices > 0;
+    if (f.device == "gpu" && !usable) {
+      std::cerr << "train: error: --device gpu: " << gpu.reason << "; use --device cpu"
+                << std::endl;
+      return 1;
+    }
+    if (f.device == "gpu" && !gpu_supported_run) {
+      std::cerr << "train: error: --device gpu runs one replica per process without overlap or "
+                   "compression (--local_replicas 1, --overlap_blocks 0, --compression none): "
+                   "launch one process per GPU (mwmsrun, mpirun, TF_CONFIG)" << std::endl;
+      return 1;
+    }
+    if (f.device == "auto") f.device = usable && gpu_supported_run ? "gpu" : "cpu";
   }
-  if (f.device == "auto") f.device = "cpu";  // no GPU model yet: auto is the CPU
+  f.train.device = f.device;
   // The CNN's activations are ~60x the MLP's per image: evaluate in smaller chunks.
   if (f.train.model == "cnn") f.train.eval_chunk = 200;
   if (f.train.resume && f.train.checkpoint_dir.empty()) {
@@ -251,12 +266,23 @@ int run(const Flags& flags) {
   mwms::ResolvedCluster cluster = resolve_cluster(flags);
   const Flags f = cluster.in_ring ? flags : evaluator_flags(flags, cluster);
   if (!cluster.in_ring) cluster = mwms::ResolvedCluster{};  // leader of its own world of one
+  // Note [gpu replica]: the device communicator's rendezvous runs first and is over (its listener
+  // closed) before the strategy's begins on the same addresses.
+  std::unique_ptr<mwms::DeviceCommunicator> device_comm;
+  if (f.device == "gpu") {
+    mwms::CommunicatorOptions options;
+    options.timeout_seconds = f.timeout_seconds;
+    device_comm = mwms::DeviceCommunicator::create(cluster, options);
+  }
   auto strategy = make_strategy(f, cluster);
   const mwms::train::Dataset train_set = mwms::train::load_split(f.data_dir, "train", 10);
   const mwms::train::Dataset test_set = mwms::train::load_split(f.data_dir, "t10k", 10);
-  mwms::train::Trainer trainer(f.train, *strategy, train_set, test_set);
+  mwms::train::Trainer trainer(f.train, *strategy, train_set, test_set, device_comm.get());
   const bool leader = strategy->is_chief();
   if (leader) {
+    if (device_comm) {
+      std::printf("train: device gradients through %s\n", device_comm->describe().c_str());
+    }
     std::printf("train: %s, model %s on %s, %d replica(s) in sync (%d worker(s) x %d local), "
                 "global batch %d, %d step(s)/epoch, lr %g\n",
                 strategy->cluster().task_name().c_str(), f.train.model.c_str(), f.device.c_str(),

@@ -41,8 +41,8 @@ std::unique_ptr<Model> make_model(const std::string& name, std::size_t image_siz
 }
 
 Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strategy,
-                 const Dataset& train, const Dataset& test)
-    : config_(config), strategy_(strategy), train_(train), test_(test) {
+                 const Dataset& train, const Dataset& test, DeviceCommunicator* device_comm)
+    : config_(config), strategy_(strategy), train_(train), test_(test), device_comm_(device_comm) {
   if (config.global_batch_size < 1 ||
       static_cast<std::size_t>(config.global_batch_size) > train.size()) {
     throw std::runtime_error("--batch_size must be between 1 and the training set size (" +
@@ -56,6 +56,19 @@ Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strateg
     throw std::runtime_error(
         "--overlap_blocks needs --local_replicas 1 (the overlapped gradient "
         "sync is per worker)");
+  }
+  if (config.device == "gpu") {
+    // Note [gpu replica]
+    if (device_comm == nullptr) {
+      throw std::runtime_error("--device gpu needs a DeviceCommunicator for the gradients");
+    }
+    if (strategy.num_local_replicas() > 1 || config.overlap_blocks > 0) {
+      throw std::runtime_error(
+          "--device gpu runs one replica per process (--local_replicas 1, no --overlap_blocks): "
+          "launch one process per GPU");
+    }
+  } else if (config.device != "cpu") {
+    throw std::runtime_error("unknown device " + config.device + " (cpu or gpu)");
   }
   replicas_.reserve(static_cast<std::size_t>(strategy.num_local_replicas()));
   for (int r = 0; r < strategy.num_local_replicas(); ++r) add_replica();
@@ -82,7 +95,12 @@ void Trainer::add_replica() {
   // Everything a step touches is allocated here, once: a step allocates nothing.
   rep.batch_x.resize(rows * features);
   rep.batch_y.resize(rows);
-  model.reserve(static_cast<int>(rows));
+  if (config_.device == "gpu") {
+    rep.gpu = make_gpu_model(make_model(config_.model, features), device_comm_->device(),
+                             static_cast<int>(rows));
+  } else {
+    model.reserve(static_cast<int>(rows));
+  }
   // Note [flat parameters]: the tensors are adjacent, so a bucket that would hold all of them is
   // the gradient vector itself. Handing it over as one tensor lets the strategy reduce it in
   // place instead of copying everything into a pack buffer and back on every step; only a
@@ -177,6 +195,7 @@ int Trainer::prepare() {
     FloatBuffer& velocity = rep.optimizer->velocity();
     ctx.broadcast_variables({TensorRef{params.data(), params.size(), DataType::kFloat32},
                              TensorRef{velocity.data(), velocity.size(), DataType::kFloat32}});
+    if (rep.gpu) rep.gpu->upload(params.data(), velocity.data());  // Note [gpu replica]
   });
   return static_cast<int>(start_epoch);
 }
@@ -193,6 +212,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   }
   const double allreduce_before = strategy_.allreduce_seconds();
   const double exposed_before = strategy_.exposed_allreduce_seconds();
+  const double device_before = device_allreduce_seconds_;
   const double start = now_seconds();
   const std::function<void(std::size_t)> ready = [this](std::size_t i) {
     strategy_.gradient_ready(i);
@@ -204,6 +224,17 @@ EpochStats Trainer::train_epoch(int epoch) {
     const int rows = static_cast<int>(rep.shard.size());
     const std::uint32_t* indices = order_.data() + step * global_batch + rep.shard.begin;
     gather_batch(train_, indices, rep.shard.size(), rep.batch_x.data(), rep.batch_y.data());
+    if (rep.gpu) {
+      // Note [gpu replica]: the flat device gradient is one bucket.
+      rep.loss_sum += rep.gpu->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale);
+      const double t0 = now_seconds();
+      device_comm_->all_reduce(rep.gpu->device_gradients(), rep.gpu->size(), DataType::kFloat32,
+                               ReduceOp::kSum, DeviceStream{rep.gpu->stream()})
+          ->wait();
+      device_allreduce_seconds_ += now_seconds() - t0;
+      rep.gpu->sgd_step(static_cast<float>(config_.learning_rate), config_.momentum);
+      return;
+    }
     if (config_.overlap_blocks > 0) {
       // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]); only
       // with one local replica (checked in the constructor).
@@ -233,8 +264,10 @@ EpochStats Trainer::train_epoch(int epoch) {
   EpochStats stats;
   stats.epoch = epoch + 1;
   stats.steps = steps;
-  stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before;
-  stats.exposed_allreduce_seconds = strategy_.exposed_allreduce_seconds() - exposed_before;
+  const double device_seconds = device_allreduce_seconds_ - device_before;
+  stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before + device_seconds;
+  stats.exposed_allreduce_seconds =
+      strategy_.exposed_allreduce_seconds() - exposed_before + device_seconds;
   // The slowest worker sets the pace of a synchronous step.
   stats.seconds = strategy_.reduce(ReduceOp::kMax, now_seconds() - start);
   const double examples = static_cast<double>(steps) * static_cast<double>(global_batch);
@@ -254,8 +287,9 @@ double Trainer::evaluate() {
     for (std::size_t begin = shard.begin; begin < shard.end; begin += chunk) {
       const std::size_t count = std::min(chunk, shard.end - begin);
       gather_range(test_, begin, count, rep.batch_x.data(), rep.batch_y.data());
-      rep.correct +=
-          rep.model->count_correct(rep.batch_x.data(), rep.batch_y.data(), static_cast<int>(count));
+      const int rows = static_cast<int>(count);
+      rep.correct += rep.gpu ? rep.gpu->count_correct(rep.batch_x.data(), rep.batch_y.data(), rows)
+                             : rep.model->count_correct(rep.batch_x.data(), rep.batch_y.data(), rows);
     }
   });
   std::size_t correct = 0;
@@ -270,7 +304,8 @@ void Trainer::save(int epochs_completed) {
   ckpt.steps_per_epoch = static_cast<std::uint64_t>(steps_per_epoch());
   ckpt.seed = config_.seed;
   ckpt.global_batch_size = static_cast<std::uint64_t>(config_.global_batch_size);
-  const Replica& rep = replicas_[0];
+  Replica& rep = replicas_[0];
+  if (rep.gpu) rep.gpu->download(rep.model->params().data(), rep.optimizer->velocity().data());
   ckpt.params.assign(rep.model->params().begin(), rep.model->params().end());
   ckpt.velocity.assign(rep.optimizer->velocity().begin(), rep.optimizer->velocity().end());
   const std::string warning = save_checkpoint(config_.checkpoint_dir, ckpt);

@@ -16,6 +16,15 @@
 /// optimizer, so the K copies stay identical, as TF's MirroredStrategy keeps one variable copy per
 /// device. K = 1 is the same code on the calling thread, reducing in place. The shuffle (order_)
 /// is shared and only read inside run().
+///
+/// Note [gpu replica]: with --device gpu the one local replica also holds a GpuModel
+/// (gpu_model.h) built from its CPU model, which stays the host copy of the weights: the leader
+/// restores a checkpoint into it and the strategy broadcasts it as on the CPU, then it is copied
+/// to the device. A step gathers the same rows into the same host buffers, runs forward/backward
+/// on the device, all-reduces the device gradient (one flat buffer: one bucket) with
+/// DeviceCommunicator::all_reduce(kSum) on the model's stream and applies SGD-momentum there;
+/// the weights come back to the host only for a checkpoint. The strategy still carries every
+/// host-side collective (the broadcast, the loss and accuracy sums, the epoch time).
 #pragma once
 
 #include <cstdint>
@@ -24,8 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "mwms/device_communicator.h"
 #include "mwms/strategy.h"
 
+#include "gpu_model.h"
 #include "idx_reader.h"
 #include "metrics.h"
 #include "mlp.h"
@@ -48,6 +59,7 @@ struct TrainConfig {
   /// backprop).
   int overlap_blocks = 0;
   std::string model = "mlp";      ///< "mlp" (mlp.h) or "cnn" (cnn.h)
+  std::string device = "cpu";     ///< "cpu" or "gpu" (Note [gpu replica]); never "auto" here
 };
 
 /// The model named by `name` ("mlp" or "cnn") for images of `image_size` pixels and 10 classes.
@@ -56,9 +68,13 @@ std::unique_ptr<Model> make_model(const std::string& name, std::size_t image_siz
 
 class Trainer {
  public:
-  /// Keeps references to `strategy`, `train` and `test`: they must outlive the trainer.
+  /// Keeps references to `strategy`, `train`, `test` and `device_comm`: they must outlive the
+  /// trainer. With config.device "gpu" (Note [gpu replica]), `device_comm` all-reduces the device
+  /// gradients and picks the device (DeviceCommunicator::device()). @throws std::runtime_error
+  /// for a bad batch size, a GPU run without `device_comm`, with more than one local replica or
+  /// with overlap; InvalidUsage or BackendError from make_gpu_model().
   Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strategy, const Dataset& train,
-          const Dataset& test);
+          const Dataset& test, DeviceCommunicator* device_comm = nullptr);
 
   /// Collective. Initialises the weights from the seed, or (with --resume and a checkpoint) the
   /// leader restores them; then the leader's parameters and momentum buffers are broadcast to
@@ -90,7 +106,8 @@ class Trainer {
  private:
   /// One local replica's model copy, optimizer and buffers (Note [replica models]).
   struct Replica {
-    std::unique_ptr<Model> model;
+    std::unique_ptr<Model> model;         // with a GPU: the host copy (Note [gpu replica])
+    std::unique_ptr<GpuModel> gpu;        // --device gpu only
     std::unique_ptr<SgdMomentum> optimizer;
     Shard shard;                          // this replica's rows of every global batch
     std::vector<TensorRef> grad_tensors;  // the flat gradient, whole or per layer
@@ -108,6 +125,8 @@ class Trainer {
   MultiWorkerMirroredStrategy& strategy_;
   const Dataset& train_;
   const Dataset& test_;
+  DeviceCommunicator* device_comm_;     // --device gpu only
+  double device_allreduce_seconds_ = 0; // time in device all-reduces (Work::wait included)
   std::vector<Replica> replicas_;       // one per local replica; [0] is saved and restored
   Progress progress_;
   std::vector<std::uint32_t> order_;    // the epoch's global shuffle
