@@ -179,6 +179,8 @@ class CudaModel final : public GpuModel {
   void dnn(cudnnStatus_t s, const char* call) const { check_cudnn(s, call, device_); }
   void blas(cublasStatus_t s, const char* call) const { check_cublas(s, call, device_); }
   void launched(const char* kernel) const { cuda(cudaGetLastError(), kernel); }
+  void setup();
+  void release() noexcept;
   void sync() const { cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   void input(const float* x, const std::uint8_t* labels, int batch);
@@ -256,6 +258,17 @@ CudaModel::CudaModel(std::unique_ptr<Model> reference, int device, int max_batch
   } else {
     throw std::invalid_argument("gpu model: the reference must be an Mlp or a Cnn");
   }
+  try {
+    setup();
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void CudaModel::setup() {
+  const int device = device_;
+  const int max_batch = max_batch_;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || device < 0 || device >= count) {
@@ -328,7 +341,9 @@ CudaModel::CudaModel(std::unique_ptr<Model> reference, int device, int max_batch
   upload(reference_->params().data(), zero.data());
 }
 
-CudaModel::~CudaModel() {
+CudaModel::~CudaModel() { release(); }
+
+void CudaModel::release() noexcept {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (act_desc_ != nullptr) cudnnDestroyActivationDescriptor(act_desc_);
   if (pool_desc_ != nullptr) cudnnDestroyPoolingDescriptor(pool_desc_);
@@ -340,6 +355,14 @@ CudaModel::~CudaModel() {
   if (dnn_ != nullptr) cudnnDestroy(dnn_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  act_desc_ = nullptr;
+  pool_desc_ = nullptr;
+  conv_desc_ = nullptr;
+  filter_desc_ = nullptr;
+  x_desc_ = conv_desc_t_ = pool_desc_t_ = bias_desc_ = nullptr;
+  dnn_ = nullptr;
+  blas_ = nullptr;
+  stream_ = nullptr;
 }
 
 void CudaModel::upload(const float* params, const float* velocity) {
