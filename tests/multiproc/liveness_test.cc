@@ -127,7 +127,9 @@ TEST_CASE("heartbeat: a peer frozen between collectives makes the next collectiv
       all_reduce(*comm, 100);
       report("second all_reduce returned");
     } catch (const mwms::PeerError& e) {
-      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what());
+      const bool stalled = e.context().cause == mwms::FailureCause::kStalled;
+      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what() +
+             (stalled ? " (cause stalled)" : " (cause not stalled)"));
     }
     ::kill(std::stoi(read_text(dir + "/pid")), SIGKILL);
   });
@@ -137,6 +139,7 @@ TEST_CASE("heartbeat: a peer frozen between collectives makes the next collectiv
   const std::string& out = results[0].output;
   CHECK_THAT(out, Contains("rank 1 (worker 1, localhost:"));
   CHECK_THAT(out, Contains("sent nothing on its control connection"));
+  CHECK_THAT(out, Contains("(cause stalled)"));  // Note [no finalize after a stall]
   CHECK_THAT(out, Contains("before all_reduce seq 1"));
   const auto at = out.find("after ");
   REQUIRE(at != std::string::npos);
@@ -164,7 +167,9 @@ TEST_CASE("heartbeat: a peer frozen while others wait for it fails them before t
       all_reduce(*comm, 100);  // waits for rank 1 inside the collective
       report("second all_reduce returned");
     } catch (const mwms::PeerError& e) {
-      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what());
+      const bool stalled = e.context().cause == mwms::FailureCause::kStalled;
+      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what() +
+             (stalled ? " (cause stalled)" : " (cause not stalled)"));
     }
     ::kill(std::stoi(read_text(dir + "/pid")), SIGKILL);
   });
@@ -173,6 +178,7 @@ TEST_CASE("heartbeat: a peer frozen while others wait for it fails them before t
   const std::string& out = results[0].output;
   CHECK_THAT(out, Contains("rank 1 (worker 1, localhost:"));
   CHECK_THAT(out, Contains("sent nothing on its control connection"));
+  CHECK_THAT(out, Contains("(cause stalled)"));  // Note [no finalize after a stall]
   CHECK_THAT(out, Contains("this rank waited for it in all_reduce seq 1"));
   const auto at = out.find("after ");
   REQUIRE(at != std::string::npos);

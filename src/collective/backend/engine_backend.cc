@@ -110,9 +110,9 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   sel.algorithm->finish(call, b, scratch);
 }
 
-void EngineBackend::abort(int failed_rank, const std::string& reason,
-                          AbortCause cause) noexcept {
-  if (control_) control_->send_abort(failed_rank, reason, cause);
+void EngineBackend::abort(int failed_rank, const std::string& reason, AbortCause cause,
+                          FailureCause why) noexcept {
+  if (control_) control_->send_abort(failed_rank, reason, cause, why);
 }
 
 void EngineBackend::finalize(std::uint64_t collectives) noexcept {
