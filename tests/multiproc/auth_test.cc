@@ -224,6 +224,10 @@ TEST_CASE("a rank with another key fails fast on both sides with a key mismatch"
   }
   CHECK_THAT(results[0].output, Contains("a connection from "));
   CHECK_THAT(results[1].output, Contains("worker 0 at localhost:"));
+  // Said once: the handshake's own "key mismatch: " is not repeated inside the error's.
+  const std::string& out = results[1].output;
+  const auto first = out.find("key mismatch");
+  CHECK(out.find("key mismatch", first + 1) == std::string::npos);
 }
 
 TEST_CASE("a stranger without the key is refused at the rendezvous and at a link port",
