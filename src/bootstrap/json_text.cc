@@ -252,9 +252,8 @@ json parse_config_json(std::string_view text, std::string_view where) {
   // to the structural character or space before it, and what would have been valid there.
   const std::size_t end = std::min(dom.error_position(), text.size());
   std::size_t start = end;
-  while (start > 0 && std::string_view("{}[],: \t\r\n").find(text[start - 1]) == std::string_view::npos) {
-    --start;
-  }
+  constexpr std::string_view kBefore = "{}[],: \t\r\n";
+  while (start > 0 && kBefore.find(text[start - 1]) == std::string_view::npos) --start;
   const bool at_end = dom.error_position() > text.size() ||
                       dom.error_text().find("unexpected end of input") != std::string::npos;
   if (at_end) start = text.size();

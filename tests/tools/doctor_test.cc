@@ -266,7 +266,8 @@ TEST_CASE("mwms-doctor --json says whether the build has CUDA and NCCL and what 
   CHECK(gpu.at("nccl").get<bool>() == (MWMS_HAVE_NCCL == 1));
   if (MWMS_HAVE_CUDA == 0) {
     CHECK(gpu.at("devices").is_null());
-    CHECK_THAT(gpu.at("error").get<std::string>(), Catch::Matchers::Contains("not built with CUDA"));
+    CHECK_THAT(gpu.at("error").get<std::string>(),
+               Catch::Matchers::Contains("not built with CUDA"));
   } else if (::access("/dev/nvidiactl", F_OK) != 0) {  // no NVIDIA driver on this machine
     CHECK(gpu.at("devices").is_null());
     CHECK_THAT(gpu.at("error").get<std::string>(),
