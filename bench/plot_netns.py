@@ -17,11 +17,12 @@ Usage:
 
 import argparse
 import glob
-import json
 import os
 import re
 import sys
 from collections import defaultdict
+
+from perf_tables import human_size, pyplot, read_run, table_row, table_rule, write_tables
 
 NAME = re.compile(r"netns-(?P<rate>[0-9]+[kmg]bit)-(?P<hosts>[0-9]+)hosts-(?P<streams>[0-9]+)streams\.json$")
 UNIT = {"k": 1e3, "m": 1e6, "g": 1e9}
@@ -33,13 +34,6 @@ def link_gbytes(rate):
     return int(m.group(1)) * UNIT[m.group(2)] / 8e9
 
 
-def human_size(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return "%d %s" % (n >> shift, unit)
-    return "%d B" % n
-
-
 def load(directory):
     """{(rate, hosts): {streams: (rows, summary)}}"""
     runs = defaultdict(dict)
@@ -47,11 +41,8 @@ def load(directory):
         m = NAME.search(os.path.basename(path))
         if not m:
             continue
-        with open(path) as f:
-            records = json.load(f)
-        rows = [r for r in records if r.get("record") == "row"]
-        summary = next((r for r in records if r.get("record") == "summary"), {})
-        runs[(m.group("rate"), int(m.group("hosts")))][int(m.group("streams"))] = (rows, summary)
+        runs[(m.group("rate"), int(m.group("hosts")))][int(m.group("streams"))] = read_run(
+            path, untagged_is_row=False)
     if not runs:
         sys.exit("plot_netns.py: no netns-*.json files in %s (run bench/run_netns_compare.sh)" % directory)
     return runs
@@ -72,7 +63,7 @@ def markdown(runs):
         out.append("#### %s, %d hosts x 1 rank, %d TCP stream(s) per peer\n" % (rate, hosts, k))
         out.append("| size | libmwms busbw | Open MPI busbw | Gloo ring busbw | Gloo hd busbw | "
                    "libmwms / Open MPI | libmwms / Gloo best | libmwms / link |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        out.append(table_rule(8))
         for r in rows:
             out.append("| %s | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.0f %% |" % (
                 human_size(r["size"]), r["busbw"], r.get("mpi_busbw", 0), r.get("gloo_ring_busbw", 0),
@@ -84,24 +75,22 @@ def markdown(runs):
             summary.get("gloo_library", "?")))
         if len(by_streams) > 1:
             counts = sorted(by_streams)
-            out.append("| size | " + " | ".join("libmwms busbw, %d stream(s)" % c for c in counts) +
-                       " | " + " | ".join("Open MPI (run with %d)" % c for c in counts) + " |")
-            out.append("|---:|" + "---:|" * (2 * len(counts)))
+            out.append(table_row(["size"] + ["libmwms busbw, %d stream(s)" % c for c in counts] +
+                                 ["Open MPI (run with %d)" % c for c in counts]))
+            out.append(table_rule(1 + 2 * len(counts)))
             sizes = [r["size"] for r in by_streams[counts[0]][0]]
             for i, size in enumerate(sizes):
                 cells = [human_size(size)]
                 cells += ["%.3f" % by_streams[c][0][i]["busbw"] for c in counts]
                 cells += ["%.3f" % by_streams[c][0][i].get("mpi_busbw", 0) for c in counts]
-                out.append("| " + " | ".join(cells) + " |")
+                out.append(table_row(cells))
             out.append("")
     out.append("busbw in GB/s (10^9 B/s); every ratio is taken within one run.")
     return "\n".join(out) + "\n"
 
 
 def plot(runs, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_netns.py")
     keys = sorted(runs, key=rate_key)
     cols = min(2, len(keys))
     nrows = (len(keys) + cols - 1) // cols
@@ -135,12 +124,7 @@ def main():
     ap.add_argument("--png")
     args = ap.parse_args()
     runs = load(args.directory)
-    text = markdown(runs)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    write_tables(markdown(runs), args.markdown)
     if args.png:
         plot(runs, args.png)
 

@@ -22,22 +22,16 @@ Usage:
 
 import argparse
 import glob
-import json
 import os
 import statistics
 import sys
 from collections import defaultdict
 
+from perf_tables import human_size, pyplot, read_run, table_row, table_rule, write_tables
+
 BACKEND_ORDER = ["auto", "tcp", "shm", "mpi"]
 BEGIN = "<!-- BEGIN generated tables -->"
 END = "<!-- END generated tables -->"
-
-
-def human_size(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return "%d %s" % (n >> shift, unit)
-    return "%d B" % n
 
 
 def load(directory):
@@ -47,10 +41,7 @@ def load(directory):
     if not files:
         sys.exit("plot_performance.py: no .json files in %s (run bench/run_performance.sh)" % directory)
     for path in files:
-        with open(path) as f:
-            records = json.load(f)
-        rows = [r for r in records if r.get("record", "row") == "row"]
-        summary = next((r for r in records if r.get("record") == "summary"), {})
+        rows, summary = read_run(path)
         if not rows:
             continue
         key = (rows[0]["collective"], rows[0]["ranks"])
@@ -101,14 +92,14 @@ def markdown(runs):
         out.append("")
         head = ["size"] + ["%s busbw" % b for b in backends] + ["Open MPI busbw"]
         head += ["%s / MPI" % b for b in backends]
-        out.append("| " + " | ".join(head) + " |")
-        out.append("|" + "---:|" * len(head))
+        out.append(table_row(head))
+        out.append(table_rule(len(head)))
         for size in sorted(table):
             cells = [human_size(size)]
             cells += [fmt(table[size].get(b, (None, None))[0]) for b in backends]
             cells.append(fmt(mpi.get(size)))
             cells += [fmt(table[size].get(b, (None, None))[1]) for b in backends]
-            out.append("| " + " | ".join(cells) + " |")
+            out.append(table_row(cells))
         # The tools' footer numbers, as medians over repetitions ("—" where a file lacks them).
         def footer(key, summaries):
             values = [s[key] for s in summaries if key in s]
@@ -125,15 +116,7 @@ def markdown(runs):
 
 
 def plot(runs, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("plot_performance.py: --png needs matplotlib, which is not installed "
-                 "for %s (Debian/Ubuntu: apt-get install python3-matplotlib, then run this script "
-                 "with /usr/bin/python3; or pip install matplotlib). The markdown tables need "
-                 "nothing beyond Python." % sys.executable)
+    plt = pyplot("plot_performance.py")
     keys = sorted(runs)
     fig, axes = plt.subplots(2, len(keys), figsize=(6 * len(keys), 8), squeeze=False)
     for col, key in enumerate(keys):
@@ -184,13 +167,10 @@ def main():
     args = parser.parse_args()
     runs = load(args.directory)
     tables = markdown(runs)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(tables)
+    if args.markdown or not args.update:
+        write_tables(tables, args.markdown)  # printed when neither --markdown nor --update
     if args.update:
         update(args.update, tables)
-    if not args.markdown and not args.update:
-        sys.stdout.write(tables)
     if args.png:
         plot(runs, args.png)
 

@@ -94,6 +94,14 @@ elif step train-cnn-gpu 120 "$bin/train" --model cnn --device gpu --epochs 1 --d
     failed=1
   fi
 fi
+# --- step: cleanup ---
+# mwms-doctor's gpu line with a driver: a device count from the CUDA runtime, not "no driver".
+# Limits: 90 s to build the doctor over the library built above (two small files), 30 s to run.
+[[ -x $bin/mwms-doctor ]] ||
+  step doctor-build 90 cmake --build "$build" -j "$(nproc)" --target mwms-doctor
+step doctor-gpu 30 bash -c \
+  '"$1" --json | tee /dev/stderr | grep -Eq "\"gpu\":\{[^}]*\"devices\":[1-9]"' \
+  doctor "$bin/mwms-doctor"
 
 if [[ $failed -eq 0 ]]; then say "gpu_check: all steps passed"; else say "gpu_check: FAILED"; fi
 exit $failed

@@ -1,6 +1,7 @@
 #include "common/options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "mwms/cluster.h"
 #include "mwms/errors.h"
 
 namespace mwms::bench {
@@ -127,6 +129,15 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
     o.compare_mpi = compare.find("mpi") != std::string::npos;
     o.compare_gloo = compare.find("gloo") != std::string::npos;
     validate(o);
+    if (o.backend == "mpi") {  // a world of one has no links: nothing would go over MPI
+      const auto sources = inspect_environment().sources;
+      auto mpi = [](const LaunchSourceReport& s) { return s.source == "mpi"; };
+      if (std::none_of(sources.begin(), sources.end(), mpi)) {
+        throw InvalidArgument("--backend mpi: this process was not started by mpirun (or another "
+                              "MPI launcher), so there is no MPI world to measure; run e.g. "
+                              "mpirun -np 2 " + std::string(program) + " --backend mpi");
+      }
+    }
   } catch (const CLI::ParseError& e) {
     // CLI11 prints --help to stdout and errors to stderr; exit() gives their status.
     std::ostringstream out, err;

@@ -11,6 +11,19 @@
 
 namespace mwms {
 
+/// What the raising code knew of why the peer named in an ErrorContext failed. Set where the
+/// error is raised (and carried by the abort relay, so every rank's error for that peer says the
+/// same); kUnknown wherever the raiser could not tell, which is most errors. Read it, never the
+/// message text, to tell a stalled peer from a dead one (libmwms itself does so to decide whether
+/// MPI_Finalize may run at exit: Note [no finalize after a stall], src/bootstrap/mpi_runtime.cc).
+enum class FailureCause : std::uint8_t {
+  kUnknown = 0,  ///< not known, or no peer failed (the default)
+  kDied = 1,     ///< the peer closed its connections without finalize(): it exited, died or aborted
+  kStalled = 2,  ///< the peer is alive but silent: nothing, not even a heartbeat, came from it for
+                 ///< the loss interval (stopped by SIGSTOP or a debugger, hung, host down, network
+                 ///< cut; MWMS_HEARTBEAT_SECONDS)
+};
+
 /// Where an error happened. Fields that do not apply keep their "unset" value (-1 or empty) and are
 /// left out of the rendered text.
 struct MWMS_API ErrorContext {
@@ -26,6 +39,7 @@ struct MWMS_API ErrorContext {
   std::int64_t bytes = -1;        ///< bytes involved in the failed transfer
   double elapsed_seconds = -1;    ///< time spent before failing
   double timeout_seconds = -1;    ///< the deadline that applied
+  FailureCause cause = FailureCause::kUnknown;  ///< why the peer failed, when known; not rendered
 
   /// One-line rendering: "rank 1/3 (worker 0), peer rank 2 (worker 1, host:p), op all_reduce, ...".
   std::string to_string() const;

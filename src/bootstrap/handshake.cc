@@ -179,6 +179,11 @@ bool decode_first_message(MessageKind kind, const std::string& text, HandshakeCl
 
 // ---- Connecting side ----------------------------------------------------------------------
 
+std::string mismatch_detail(const ConnectOutcome& o) {
+  static const std::string kPrefix = "key mismatch: ";
+  return o.detail.rfind(kPrefix, 0) == 0 ? o.detail.substr(kPrefix.size()) : o.detail;
+}
+
 ConnectOutcome connect_handshake(int fd, const AuthKey& key, const HandshakeClaim& claim,
                                  Deadline deadline) {
   using Status = ConnectOutcome::Status;

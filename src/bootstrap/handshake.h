@@ -121,6 +121,11 @@ struct ConnectOutcome {
   std::string detail;   // for kRefused: the acceptor's reason; otherwise what went wrong
 };
 
+/// `o.detail` for a message that already says "key mismatch": without the "key mismatch: " that
+/// every kKeyMismatch detail starts with (the detail unchanged otherwise), so that the caller's
+/// error says it once.
+std::string mismatch_detail(const ConnectOutcome& o);
+
 /// Connecting side of Note [auth handshake] on a connected socket: sends `claim` and proves
 /// `key` to the acceptor (when enabled), verifying the acceptor's proof first. Blocks until
 /// the acceptor's verdict or `deadline`. Never throws: the caller raises the error naming the

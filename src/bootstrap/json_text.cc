@@ -3,6 +3,7 @@
 // overflows is reported as "task.index" rather than as nlohmann's bare out_of_range.406.
 #include "bootstrap/json_text.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -246,8 +247,28 @@ json parse_config_json(std::string_view text, std::string_view where) {
                           dom.path() + " (byte " + std::to_string(dom.error_position()) +
                           ") does not fit a 64-bit floating-point number");
   }
-  throw BootstrapError(source + ": malformed JSON at byte " + std::to_string(dom.error_position()) +
-                       " (" + clean_text(dom.error_text(), 400, false) + ")");
+  // nlohmann's position is the byte after the last one it read (its "last read" may hold more
+  // than the bad token): name the bad token's first byte (counted from 1), found by walking back
+  // to the structural character or space before it, and what would have been valid there.
+  const std::size_t end = std::min(dom.error_position(), text.size());
+  std::size_t start = end;
+  constexpr std::string_view kBefore = "{}[],: \t\r\n";
+  while (start > 0 && kBefore.find(text[start - 1]) == std::string_view::npos) --start;
+  const bool at_end = dom.error_position() > text.size() ||
+                      dom.error_text().find("unexpected end of input") != std::string::npos;
+  if (at_end) start = text.size();
+  if (start == end && start > 0 && !at_end) --start;  // the bad byte is itself structural
+  const std::string_view token = text.substr(start, end > start ? end - start : 0);
+  std::string expected = "a JSON value";
+  if (text.substr(0, start).find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    expected = "a JSON object ({\"cluster\": ..., \"task\": ...} or a job map)";
+  } else if (std::size_t at = dom.error_text().find("; expected "); at != std::string::npos) {
+    expected = clean_text(dom.error_text().substr(at + 11), 200, false);
+  }
+  const std::string found = at_end || token.empty() ? "the end of the text" : quote_value(token);
+  throw BootstrapError(source + ": malformed JSON: expected " + expected + " at byte " +
+                       std::to_string(start + 1) + ", found " + found + " (" +
+                       clean_text(dom.error_text(), 400, false) + ")");
 }
 
 }  // namespace mwms::bootstrap

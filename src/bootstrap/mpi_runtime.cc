@@ -33,9 +33,10 @@ std::atomic<bool> g_peer_stalled{false};
 // Note [no finalize after a stall]: Open MPI's MPI_Finalize waits for every process of the job (a
 // PMIx fence). After a peer died, that is fine: the runtime knows it is gone, and the survivors
 // finalise and exit about a second after their PeerError. After a peer *stalled* (SIGSTOP, a
-// debugger, a hung host: the survivors' TimeoutError, or a PeerError for a peer lost without
-// heartbeats) the fence would wait for as long as that peer stays stopped, and mpirun never
-// returns. So after a stall a survivor exits without MPI_Finalize; mpirun then sees a process
+// debugger, a hung host: the survivors' TimeoutError, or a PeerError whose ErrorContext::cause is
+// FailureCause::kStalled, set where a peer lost without heartbeats is noticed and carried by the
+// abort relay to the ranks that hear of it from another) the fence would wait for as long as
+// that peer stays stopped, and mpirun never returns. So after a stall a survivor exits without MPI_Finalize; mpirun then sees a process
 // that exited without finalising and ends the rest of the job, killing any survivor that has
 // not exited yet. A survivor therefore first waits 1 s, so that the others (which hear of the
 // failure within milliseconds through the abort relay) report their own error before mpirun

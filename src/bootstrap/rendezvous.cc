@@ -138,7 +138,7 @@ constexpr double kAnswerMarginSeconds = 2.0;
   switch (o.status) {
     case Status::kKeyMismatch:
       text = "key mismatch: " + c.task_name() + " and " + leader +
-             " do not hold the same MWMS_AUTH_KEY (" + o.detail +
+             " do not hold the same MWMS_AUTH_KEY (" + mismatch_detail(o) +
              "); every task must have the same key";
       break;
     case Status::kRefused:

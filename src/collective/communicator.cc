@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -138,7 +137,7 @@ class FrontEnd final : public Communicator {
 
   void abort(const std::string& reason) noexcept override {
     dump_flight_recorder("abort() called by this process: " + reason);
-    if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer);
+    if (backend_) backend_->abort(rank(), reason, AbortCause::kPeer, FailureCause::kUnknown);
     std::lock_guard<std::mutex> lock(poison_mutex_);
     if (poisoned_.empty()) poisoned_ = "aborted by this process: " + reason;
     poisoned_flag_.store(true, std::memory_order_release);
@@ -315,12 +314,12 @@ class FrontEnd final : public Communicator {
         cause = AbortCause::kTimeout;
       }
       if (dynamic_cast<const InvalidArgument*>(&e) == nullptr) {
-        // Note [no finalize after a stall]: a stalled peer would hold MPI_Finalize at exit.
-        if (cause == AbortCause::kTimeout ||
-            std::strstr(e.what(), kLostWithoutHeartbeat) != nullptr) {
+        // Note [no finalize after a stall]: a stalled peer would hold MPI_Finalize at exit. The
+        // cause was set where the error was raised (or came with a relayed abort).
+        if (cause == AbortCause::kTimeout || e.context().cause == FailureCause::kStalled) {
           bootstrap::MpiRuntime::note_peer_stalled();
         }
-        backend_->abort(failed, e.message(), cause);
+        backend_->abort(failed, e.message(), cause, e.context().cause);
       }
       MWMS_LOG_WARN(kColl, "collective failed: " << e.what());
       throw;

@@ -24,11 +24,6 @@ using mwms::testing::BitBuffer;
 namespace mk = mwms::kernels;
 namespace cu = mwms::kernels::cuda;
 
-constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64,  DataType::kFloat16,
-                                   DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kProd};
-
 // Device copy of a host buffer, freed on scope exit.
 class DeviceBuffer {
  public:
@@ -53,47 +48,39 @@ class DeviceBuffer {
 }  // namespace
 
 TEST_CASE("CUDA reduce equals kernels::reduce bit for bit on every dtype x op", "[cuda]") {
-  for (DataType dt : kAllDtypes) {
-    BitBuffer a(dt, 0), b(dt, 0);
-    mwms::testing::operand_pairs(dt, &a, &b);
-    DeviceBuffer db(b.data(), b.bytes());
-    for (ReduceOp op : kAllOps) {
-      INFO(std::string(mwms::to_string(dt)) + " " + std::string(mwms::to_string(op)));
-      BitBuffer want = a, got = a;
-      mk::reduce(want.data(), b.data(), want.count(), dt, op);
-      DeviceBuffer da(a.data(), a.bytes());
-      cu::check(cu::reduce(da.get(), db.get(), a.count(), dt, op, nullptr), "reduce");
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      da.download(got.data());
-      CHECK(mwms::testing::count_mismatches(op, a, b, want, got) == 0);
-      // dst == src (in place), an odd count, a count of 0 (must not touch anything).
-      BitBuffer self_want = a, self_got = a;
-      mk::reduce(self_want.data(), self_want.data(), a.count() - 1, dt, op);
-      DeviceBuffer ds(a.data(), a.bytes());
-      cu::check(cu::reduce(ds.get(), ds.get(), a.count() - 1, dt, op, nullptr), "reduce in place");
-      cu::check(cu::reduce(ds.get(), db.get(), 0, dt, op, nullptr), "reduce of 0");
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      ds.download(self_got.data());
-      CHECK(mwms::testing::count_mismatches(op, a, a, self_want, self_got) == 0);
-    }
-  }
+  mwms::testing::for_each_reduce_case([](const mwms::testing::ReduceCase& c) {
+    const DataType dt = c.dtype;
+    const ReduceOp op = c.op;
+    INFO(std::string(mwms::to_string(dt)) + " " + std::string(mwms::to_string(op)));
+    BitBuffer got = c.a;
+    DeviceBuffer da(c.a.data(), c.a.bytes()), db(c.b.data(), c.b.bytes());
+    cu::check(cu::reduce(da.get(), db.get(), c.a.count(), dt, op, nullptr), "reduce");
+    cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    da.download(got.data());
+    CHECK(mwms::testing::count_mismatches(op, c.a, c.b, c.want, got) == 0);
+    // dst == src (in place), an odd count, a count of 0 (must not touch anything).
+    BitBuffer self_want = c.a, self_got = c.a;
+    mk::reduce(self_want.data(), self_want.data(), c.a.count() - 1, dt, op);
+    DeviceBuffer ds(c.a.data(), c.a.bytes());
+    cu::check(cu::reduce(ds.get(), ds.get(), c.a.count() - 1, dt, op, nullptr), "reduce in place");
+    cu::check(cu::reduce(ds.get(), db.get(), 0, dt, op, nullptr), "reduce of 0");
+    cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    ds.download(self_got.data());
+    CHECK(mwms::testing::count_mismatches(op, c.a, c.a, self_want, self_got) == 0);
+  });
 }
 
 TEST_CASE("CUDA scale_divide equals kernels::scale_divide on every dtype", "[cuda]") {
-  for (DataType dt : kAllDtypes) {
-    BitBuffer a(dt, 0), b(dt, 0);
-    mwms::testing::operand_pairs(dt, &a, &b);
-    for (int divisor : {1, 3, 8, -1, 1000}) {
-      INFO(std::string(mwms::to_string(dt)) + " / " + std::to_string(divisor));
-      BitBuffer want = a, got = a;
-      mk::scale_divide(want.data(), want.count(), dt, divisor);
-      DeviceBuffer da(a.data(), a.bytes());
-      cu::check(cu::scale_divide(da.get(), a.count(), dt, divisor, nullptr), "scale_divide");
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      da.download(got.data());
-      CHECK(mwms::testing::count_mismatches(ReduceOp::kMin, a, a, want, got) == 0);
-    }
-  }
+  mwms::testing::for_each_scale_case({1, 3, 8, -1, 1000}, [](const mwms::testing::ScaleCase& c) {
+    INFO(std::string(mwms::to_string(c.dtype)) + " / " + std::to_string(c.divisor));
+    BitBuffer got = c.a;
+    DeviceBuffer da(c.a.data(), c.a.bytes());
+    cu::check(cu::scale_divide(da.get(), c.a.count(), c.dtype, c.divisor, nullptr),
+              "scale_divide");
+    cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    da.download(got.data());
+    CHECK(mwms::testing::count_mismatches(ReduceOp::kMin, c.a, c.a, c.want, got) == 0);
+  });
 }
 
 TEST_CASE("CUDA casts equal the CPU casts", "[cuda]") {

@@ -1,8 +1,6 @@
 // Trust at start-up (issue 7): strangers at the rendezvous and link ports, MWMS_AUTH_KEY on every
 // rank, a rank with another key, the rendezvous waiting log and the follower's bounded wait. Real
 // processes over loopback; strangers are made from the library's own framing and handshake.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +21,7 @@
 #include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
+#include "support/handshake_peer.h"
 
 namespace {
 
@@ -32,6 +31,8 @@ using mwms::bootstrap::ConnectOutcome;
 using mwms::bootstrap::HandshakeClaim;
 using mwms::bootstrap::MessageKind;
 using mwms::testing::ChildResult;
+using mwms::testing::dial;
+using mwms::testing::local_source;
 using mwms::testing::LaunchOptions;
 using mwms::testing::run_ranks;
 using nlohmann::json;
@@ -64,31 +65,6 @@ std::string log_to_file(const std::string& name, const char* level = "warn") {
   return path;
 }
 
-// "ip:port" of this end of a connected socket, written as the leader writes the source it sees
-// (bootstrap::peer_source).
-std::string local_source(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  char text[INET6_ADDRSTRLEN] = {0};
-  if (a.ss_family == AF_INET) {
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
-    ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-    return std::string(text) + ":" + std::to_string(ntohs(v4->sin_port));
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
-  ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-  return "[" + std::string(text) + "]:" + std::to_string(ntohs(v6->sin6_port));
-}
-
-mwms::common::Socket dial(const std::string& address) {
-  auto [host, port] = mwms::split_address(address);
-  std::string err;
-  auto s = mwms::common::connect_tcp(host, port, mwms::common::deadline_after(20), &err);
-  if (!s.valid()) throw std::runtime_error("stranger cannot reach " + address + ": " + err);
-  return s;
-}
-
 // The rendezvous hello task `rank` of `c` would send (what a stranger captures or forges).
 std::string hello_of(const mwms::ResolvedCluster& c, int rank, const std::string& cluster_json) {
   mwms::bootstrap::PeerInfo info;
@@ -115,9 +91,7 @@ std::string stranger_hello(const mwms::ResolvedCluster& c, int rank, const std::
                                               mwms::common::deadline_after(10));
   if (o.status != ConnectOutcome::Status::kOk) return "handshake failed: " + o.detail;
   MessageKind kind{};
-  std::string text;
-  auto r = mwms::bootstrap::recv_message(s.fd(), &kind, &text, mwms::common::deadline_after(10));
-  return r.status == mwms::common::IoStatus::kOk ? text : "no answer: " + r.describe();
+  return mwms::testing::recv_text(s.fd(), &kind, 10);
 }
 
 std::int64_t sum_of_ranks(mwms::Communicator& comm, int rank) {
@@ -250,6 +224,10 @@ TEST_CASE("a rank with another key fails fast on both sides with a key mismatch"
   }
   CHECK_THAT(results[0].output, Contains("a connection from "));
   CHECK_THAT(results[1].output, Contains("worker 0 at localhost:"));
+  // Said once: the handshake's own "key mismatch: " is not repeated inside the error's.
+  const std::string& out = results[1].output;
+  const auto first = out.find("key mismatch");
+  CHECK(out.find("key mismatch", first + 1) == std::string::npos);
 }
 
 TEST_CASE("a stranger without the key is refused at the rendezvous and at a link port",
@@ -302,11 +280,9 @@ TEST_CASE("a follower waits for the leader's answer no longer than its connect t
           "[tcp][fault]") {
   auto ports = mwms::testing::free_ports(2);
   // A leader that completes the handshake and then never answers (stuck, or an impostor).
-  int error = 0;
-  mwms::common::Socket listener = mwms::common::listen_tcp(ports[0], &error);
-  REQUIRE(listener.valid());
+  mwms::testing::TestListener listener(ports[0]);
   std::thread leader([&] {
-    mwms::bootstrap::HandshakeServer server(listener, AuthKey(), {MessageKind::kHello}, 3);
+    mwms::bootstrap::HandshakeServer server(listener.socket, AuthKey(), {MessageKind::kHello}, 3);
     auto ev = server.next(mwms::common::deadline_after(10));
     ::sleep(5);  // holds the connection open, silent
   });

@@ -334,7 +334,10 @@ TEST_CASE("several TCP streams per peer: every collective exact, nothing allocat
   };
   auto results = mwms::testing::run_ranks(opts, body);
   INFO(mwms::testing::describe(results));
-  for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Matchers::Contains("links: 2 tcp (3 streams per peer)"));
+  }
 }
 
 // Hidden ([.netns]): needs test hosts (tests/tools/netns_hosts.sh run 2 -- ...), run by the

@@ -58,10 +58,66 @@ mwms::CommunicatorOptions options(double timeout_seconds) {
   return o;
 }
 
+// dir/log-<rank>.txt: where rank's stderr goes (capture_stderr) and the parent reads it.
+std::string log_of(const std::string& dir, int rank) {
+  return dir + "/log-" + std::to_string(rank) + ".txt";
+}
+
+// `world_size` ranks under the launcher's default 60 s limit.
+LaunchOptions ranks(int world_size) {
+  LaunchOptions launch;
+  launch.world_size = world_size;
+  return launch;
+}
+
 void all_reduce(mwms::Communicator& comm, std::size_t count) {
   std::vector<float> v(count, 1.0f);
   comm.all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
   if (v[0] != static_cast<float>(comm.world_size())) throw std::runtime_error("wrong sum");
+}
+
+// Rank 1 of 2 freezes itself (SIGSTOP) after one all-reduce; rank 0, after `compute_seconds`
+// outside any collective, calls a second all-reduce, which must fail with a PeerError (heartbeat
+// every 0.5 s: lost after 2 s of silence) naming rank 1 as stalled; then rank 0 kills rank 1.
+// Rank 0's output holds the error, "after <seconds> s: " before it, and "(cause stalled)" when
+// ErrorContext::cause says so (Note [no finalize after a stall] reads it, not the text).
+std::vector<mwms::testing::ChildResult> freeze_rank_1(const char* name, int compute_seconds) {
+  const std::string dir = temp_dir(name);
+  auto results = run_ranks(ranks(2), [&](int rank, const std::string& tf, auto report) {
+    ::setenv("MWMS_HEARTBEAT_SECONDS", "0.5", 1);  // lost after 2 s of silence
+    ::setenv("MWMS_STALL_WARN_SECONDS", "0", 1);
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(30));
+    all_reduce(*comm, 100);
+    if (rank == 1) {
+      std::ofstream(dir + "/pid") << ::getpid();
+      ::raise(SIGSTOP);  // frozen; rank 0 kills it
+      return;
+    }
+    if (compute_seconds > 0) ::sleep(compute_seconds);  // computing, not in a collective
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      all_reduce(*comm, 100);
+      report("second all_reduce returned");
+    } catch (const mwms::PeerError& e) {
+      const bool stalled = e.context().cause == mwms::FailureCause::kStalled;
+      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what() +
+             (stalled ? " (cause stalled)" : " (cause not stalled)"));
+    }
+    ::kill(std::stoi(read_text(dir + "/pid")), SIGKILL);
+  });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results[0].exit_code == 0);
+  const std::string& out = results[0].output;
+  CHECK_THAT(out, Contains("rank 1 (worker 1, localhost:"));
+  CHECK_THAT(out, Contains("sent nothing on its control connection"));
+  CHECK_THAT(out, Contains("(cause stalled)"));
+  REQUIRE(out.find("after ") != std::string::npos);
+  return results;
+}
+
+// The seconds in rank 0's "after <seconds> s: " (freeze_rank_1).
+double seconds_to_fail(const std::string& out) {
+  return std::atof(out.c_str() + out.find("after ") + 6);
 }
 
 }  // namespace
@@ -69,11 +125,8 @@ void all_reduce(mwms::Communicator& comm, std::size_t count) {
 TEST_CASE("the stall warning names the rank waited for and the rank that one waits for",
           "[tcp][fault][liveness]") {
   const std::string dir = temp_dir("stall");
-  LaunchOptions launch;
-  launch.world_size = 3;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto) {
-    capture_stderr(dir + "/log-" + std::to_string(rank) + ".txt");
+  auto results = run_ranks(ranks(3), [&](int rank, const std::string& tf, auto) {
+    capture_stderr(log_of(dir, rank));
     ::setenv("MWMS_STALL_WARN_SECONDS", "0.5", 1);
     ::setenv("MWMS_ALGO", "ring", 1);  // a chain: rank r receives from rank r - 1
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(20));
@@ -84,8 +137,8 @@ TEST_CASE("the stall warning names the rank waited for and the rank that one wai
   });
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
-  const std::string log0 = read_text(dir + "/log-0.txt");
-  const std::string log1 = read_text(dir + "/log-1.txt");
+  const std::string log0 = read_text(log_of(dir, 0));
+  const std::string log1 = read_text(log_of(dir, 1));
   INFO("rank 0:\n" << log0 << "\nrank 1:\n" << log1);
   for (const std::string& log : {log0, log1}) {
     CHECK_THAT(log, Contains("seq 1 all_reduce: waiting "));
@@ -103,91 +156,32 @@ TEST_CASE("the stall warning names the rank waited for and the rank that one wai
   }
   CHECK(warnings >= 2);
   CHECK(warnings <= 8);
-  CHECK_THAT(read_text(dir + "/log-2.txt"), !Contains("waiting "));
+  CHECK_THAT(read_text(log_of(dir, 2)), !Contains("waiting "));
 }
 
 TEST_CASE("heartbeat: a peer frozen between collectives makes the next collective fail at once",
           "[tcp][fault][liveness]") {
-  const std::string dir = temp_dir("frozen");
-  LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    ::setenv("MWMS_HEARTBEAT_SECONDS", "0.5", 1);  // lost after 2 s of silence
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(30));
-    all_reduce(*comm, 100);
-    if (rank == 1) {
-      std::ofstream(dir + "/pid") << ::getpid();
-      ::raise(SIGSTOP);  // frozen between collectives; rank 0 kills it
-      return;
-    }
-    ::sleep(4);  // computing, not in a collective
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      all_reduce(*comm, 100);
-      report("second all_reduce returned");
-    } catch (const mwms::PeerError& e) {
-      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what());
-    }
-    ::kill(std::stoi(read_text(dir + "/pid")), SIGKILL);
-  });
+  auto results = freeze_rank_1("frozen", 4);
   INFO(mwms::testing::describe(results));
   CHECK(results[1].signal == SIGKILL);
-  REQUIRE(results[0].exit_code == 0);
-  const std::string& out = results[0].output;
-  CHECK_THAT(out, Contains("rank 1 (worker 1, localhost:"));
-  CHECK_THAT(out, Contains("sent nothing on its control connection"));
-  CHECK_THAT(out, Contains("before all_reduce seq 1"));
-  const auto at = out.find("after ");
-  REQUIRE(at != std::string::npos);
-  CHECK(std::atof(out.c_str() + at + 6) < 1.0);  // at once: not the 30 s timeout
+  CHECK_THAT(results[0].output, Contains("before all_reduce seq 1"));
+  CHECK(seconds_to_fail(results[0].output) < 1.0);  // at once: not the 30 s timeout
 }
 
 TEST_CASE("heartbeat: a peer frozen while others wait for it fails them before the timeout",
           "[tcp][fault][liveness]") {
-  const std::string dir = temp_dir("frozen-in");
-  LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    ::setenv("MWMS_HEARTBEAT_SECONDS", "0.5", 1);
-    ::setenv("MWMS_STALL_WARN_SECONDS", "0", 1);
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(30));
-    all_reduce(*comm, 100);
-    if (rank == 1) {
-      std::ofstream(dir + "/pid") << ::getpid();
-      ::raise(SIGSTOP);
-      return;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      all_reduce(*comm, 100);  // waits for rank 1 inside the collective
-      report("second all_reduce returned");
-    } catch (const mwms::PeerError& e) {
-      report("after " + std::to_string(seconds_since(start)) + " s: " + e.what());
-    }
-    ::kill(std::stoi(read_text(dir + "/pid")), SIGKILL);
-  });
+  auto results = freeze_rank_1("frozen-in", 0);  // rank 0 waits for rank 1 inside the collective
   INFO(mwms::testing::describe(results));
-  REQUIRE(results[0].exit_code == 0);
-  const std::string& out = results[0].output;
-  CHECK_THAT(out, Contains("rank 1 (worker 1, localhost:"));
-  CHECK_THAT(out, Contains("sent nothing on its control connection"));
-  CHECK_THAT(out, Contains("this rank waited for it in all_reduce seq 1"));
-  const auto at = out.find("after ");
-  REQUIRE(at != std::string::npos);
-  const double seconds = std::atof(out.c_str() + at + 6);
+  CHECK_THAT(results[0].output, Contains("this rank waited for it in all_reduce seq 1"));
+  const double seconds = seconds_to_fail(results[0].output);
   CHECK(seconds >= 1.9);  // 4 intervals of silence
   CHECK(seconds < 10);    // not the 30 s timeout
 }
 
 TEST_CASE("heartbeat: a peer that finalized is not reported as lost", "[tcp][liveness]") {
   const std::string dir = temp_dir("finalized");
-  LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    capture_stderr(dir + "/log-" + std::to_string(rank) + ".txt");
+  auto results = run_ranks(ranks(2), [&](int rank, const std::string& tf, auto report) {
+    capture_stderr(log_of(dir, rank));
     ::setenv("MWMS_HEARTBEAT_SECONDS", "0.5", 1);
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(30));
     all_reduce(*comm, 100);
@@ -208,17 +202,14 @@ TEST_CASE("heartbeat: a peer that finalized is not reported as lost", "[tcp][liv
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
   CHECK_THAT(results[0].output, Contains("rank 1 finalized after 2 collective(s)"));
   CHECK_THAT(results[0].output, !Contains("sent nothing"));
-  CHECK_THAT(read_text(dir + "/log-0.txt"), !Contains("heartbeat"));
+  CHECK_THAT(read_text(log_of(dir, 0)), !Contains("heartbeat"));
 }
 
 TEST_CASE("the flight recorder is logged with the last K collectives on a timeout",
           "[tcp][fault][liveness]") {
   const std::string dir = temp_dir("flight-timeout");
-  LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    capture_stderr(dir + "/log-" + std::to_string(rank) + ".txt");
+  auto results = run_ranks(ranks(2), [&](int rank, const std::string& tf, auto report) {
+    capture_stderr(log_of(dir, rank));
     ::setenv("MWMS_TRACE_BUFFER", "3", 1);
     ::setenv("MWMS_HEARTBEAT_SECONDS", "0.5", 1);  // rank 1 reads rank 0's abort while asleep
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), options(1.5));
@@ -234,7 +225,7 @@ TEST_CASE("the flight recorder is logged with the last K collectives on a timeou
   for (int rank = 0; rank < 2; ++rank) {
     REQUIRE(results[rank].exit_code == 0);
     CHECK_THAT(results[rank].output, Contains("timeout: "));
-    const std::string log = read_text(dir + "/log-" + std::to_string(rank) + ".txt");
+    const std::string log = read_text(log_of(dir, rank));
     INFO("rank " << rank << ":\n" << log);
     CHECK_THAT(log, Contains("flight recorder of rank " + std::to_string(rank) +
                              ": the last 3 collective(s)"));
@@ -250,11 +241,8 @@ TEST_CASE("the flight recorder is logged with the last K collectives on a timeou
 TEST_CASE("the flight recorder is logged on an abort, local and relayed, naming the trace file",
           "[tcp][fault][liveness]") {
   const std::string dir = temp_dir("flight-abort");
-  LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results = run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-    capture_stderr(dir + "/log-" + std::to_string(rank) + ".txt");
+  auto results = run_ranks(ranks(2), [&](int rank, const std::string& tf, auto report) {
+    capture_stderr(log_of(dir, rank));
     ::setenv("MWMS_TRACE_BUFFER", "2", 1);
     ::setenv("MWMS_TRACE_FILE", (dir + "/trace-%r.json").c_str(), 1);
     ::setenv("MWMS_HEARTBEAT_SECONDS", "0.2", 1);
@@ -277,8 +265,8 @@ TEST_CASE("the flight recorder is logged on an abort, local and relayed, naming 
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
   CHECK_THAT(results[0].output, Contains("rank 1 failed: loss became NaN"));
-  const std::string log0 = read_text(dir + "/log-0.txt");
-  const std::string log1 = read_text(dir + "/log-1.txt");
+  const std::string log0 = read_text(log_of(dir, 0));
+  const std::string log1 = read_text(log_of(dir, 1));
   INFO("rank 0:\n" << log0 << "\nrank 1:\n" << log1);
   CHECK_THAT(log1, Contains("flight recorder of rank 1: the last 2 collective(s)"));
   CHECK_THAT(log1, Contains("before abort() called by this process: loss became NaN"));

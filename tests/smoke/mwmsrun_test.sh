@@ -74,10 +74,29 @@ grep -q "cannot start /nonexistent/program" "$work/u2.log" || fail "$(cat "$work
 grep -q "unknown option --chif" "$work/u4.log" || fail "$(cat "$work/u4.log")"
 "$run" -np 3 --hosts h1:2 --print-tf-config > "$work/u5.log" 2>&1; [ $? -eq 2 ] || fail "-np 3 vs 2 slots accepted"
 [ "$("$run" -np2 --print-tf-config | grep -c "^TF_CONFIG=")" -eq 2 ] || fail "-np2 (glued) not read as 2"
+"$run" -np abc -- true > "$work/u6.log" 2>&1; [ $? -eq 2 ] || fail "-np abc accepted"
+grep -q "'abc' is not a number" "$work/u6.log" || fail "-np abc: $(cat "$work/u6.log")"
+"$run" -np 0 -- true > "$work/u7.log" 2>&1; [ $? -eq 2 ] || fail "-np 0 accepted"
+grep -q "0 is not in \[1 - 1024\]" "$work/u7.log" || fail "-np 0: $(cat "$work/u7.log")"
+# --help: one usage line, the real one (CLI11's own read "Usage: [OPTIONS]").
+"$run" --help > "$work/help.log" 2>&1 || fail "--help exited $?"
+[ "$(grep -c 'Usage:' "$work/help.log")" -eq 1 ] || fail "not one Usage line: $(cat "$work/help.log")"
+grep -q '^Usage: mwmsrun -np N ' "$work/help.log" || fail "--help usage: $(cat "$work/help.log")"
 
 # 6. A survivor that fails by itself shortly after the first failure keeps its last line (it is
 #    not SIGTERMed at once, Note [mwmsrun shutdown]).
 "$run" -np 2 -- sh -c 'case "$TF_CONFIG" in *"\"index\":1"*) exit 3;; *) sleep 0.3; echo survivor-error; exit 4;; esac' \
   > "$work/settle.log" 2>&1
 grep -q '^\[0\] survivor-error' "$work/settle.log" || fail "survivor's last line cut: $(cat "$work/settle.log")"
+# 7. A stopped rank that ignores SIGTERM: mwmsrun sends SIGCONT first (the rank runs again and
+#    says so), then SIGTERM, then after --grace SIGKILL, naming the rank it had to kill. Rank 1
+#    fails after 1 s, by when rank 0 has stopped itself.
+"$run" -np 2 --grace 1 -- sh -c 'case "$TF_CONFIG" in *"\"index\":1"*) sleep 1; exit 3;;
+  *) trap "" TERM; trap "echo continued" CONT; kill -STOP $$; while :; do sleep 0.05; done;; esac' \
+  > "$work/stopped.log" 2>&1
+rc=$?
+[ "$rc" -eq 3 ] || fail "stopped rank: exit status $rc, expected 3: $(cat "$work/stopped.log")"
+grep -q '^\[0\] continued' "$work/stopped.log" || fail "no SIGCONT: $(cat "$work/stopped.log")"
+grep -q 'mwmsrun: rank(s) 0 still running 1 s after SIGTERM (--grace): sending SIGKILL' \
+  "$work/stopped.log" || fail "SIGKILL not reported: $(cat "$work/stopped.log")"
 echo "mwmsrun: all checks passed"

@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
+#include "kernels/reduce.h"
 #include "mwms/types.h"
 
 namespace mwms::testing {
@@ -129,6 +131,62 @@ inline std::size_t count_mismatches(ReduceOp op, const BitBuffer& a, const BitBu
     }
   }
   return wrong;
+}
+
+/// Every dtype and every reduce op, for loops over all of them.
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64,
+                                          DataType::kFloat16,  DataType::kBFloat16,
+                                          DataType::kInt32,    DataType::kInt64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin,
+                                       ReduceOp::kMax, ReduceOp::kProd};
+
+/// One bit-exact reduce comparison: operands `a` (dst) and `b` (src) of `dtype` from
+/// operand_pairs, and `want` = kernels::reduce(a, b, op), the CPU oracle.
+struct ReduceCase {
+  DataType dtype;
+  ReduceOp op;
+  const BitBuffer& a;
+  const BitBuffer& b;
+  const BitBuffer& want;
+};
+
+/// Calls `check(const ReduceCase&)` for every dtype x op (dtypes outer); the caller computes its
+/// own result from `a` and `b` and compares it with count_mismatches(op, a, b, want, got).
+template <class Check>
+void for_each_reduce_case(Check&& check) {
+  for (DataType dt : kAllDtypes) {
+    BitBuffer a(dt, 0), b(dt, 0);
+    operand_pairs(dt, &a, &b);
+    for (ReduceOp op : kAllOps) {
+      BitBuffer want = a;
+      kernels::reduce(want.data(), b.data(), want.count(), dt, op);
+      check(ReduceCase{dt, op, a, b, want});
+    }
+  }
+}
+
+/// One bit-exact mean division: `a` of `dtype` (the dst operands of operand_pairs) and `want` =
+/// kernels::scale_divide(a, divisor), the CPU oracle. Compare with
+/// count_mismatches(ReduceOp::kMin, a, a, want, got): exact bits, NaNs included.
+struct ScaleCase {
+  DataType dtype;
+  int divisor;
+  const BitBuffer& a;
+  const BitBuffer& want;
+};
+
+/// Calls `check(const ScaleCase&)` for every dtype x each of `divisors` (dtypes outer).
+template <class Check>
+void for_each_scale_case(std::initializer_list<int> divisors, Check&& check) {
+  for (DataType dt : kAllDtypes) {
+    BitBuffer a(dt, 0), unused(dt, 0);
+    operand_pairs(dt, &a, &unused);
+    for (int divisor : divisors) {
+      BitBuffer want = a;
+      kernels::scale_divide(want.data(), want.count(), dt, divisor);
+      check(ScaleCase{dt, divisor, a, want});
+    }
+  }
 }
 
 }  // namespace mwms::testing

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "mwms/config.h"
+
 namespace {
 
 struct Run {
@@ -230,5 +232,47 @@ TEST_CASE("mwms-doctor usage errors exit 2 with a JSON error under --json", "[un
     INFO(bad << ": " << r.out);
     CHECK(r.status == 2);
     CHECK(nlohmann::json::parse(r.out).contains("error"));
+  }
+}
+
+TEST_CASE("mwms-doctor says what JSON it expected at which byte, and why a file cannot be read",
+          "[unit][tools]") {
+  using Catch::Matchers::Contains;
+  Run top = doctor("not json");
+  CHECK(top.status == 2);
+  const std::string top_error = nlohmann::json::parse(top.out).at("error").get<std::string>();
+  CHECK_THAT(top_error, Contains("expected a JSON object") && Contains("at byte 1, found \"no\""));
+  Run inner = doctor(R"({"cluster": {"worker": [no]}})");
+  CHECK(inner.status == 2);
+  CHECK_THAT(nlohmann::json::parse(inner.out).at("error").get<std::string>(),
+             Contains("expected a JSON value at byte 25, found \"no\""));
+  Run cut = doctor(R"({"cluster": {"worker": ["a:1"]})");  // 31 bytes: byte 32 is the end
+  CHECK_THAT(nlohmann::json::parse(cut.out).at("error").get<std::string>(),
+             Contains("expected '}' at byte 32, found the end of the text"));
+  Run missing = doctor("", "--tf_config /nonexistent/mwms-tf.json");
+  CHECK(missing.status == 2);
+  CHECK_THAT(nlohmann::json::parse(missing.out).at("error").get<std::string>(),
+             Contains("--tf_config /nonexistent/mwms-tf.json: cannot open the file: No such file "
+                      "or directory"));
+}
+
+TEST_CASE("mwms-doctor --json says whether the build has CUDA and NCCL and what it sees",
+          "[unit][tools]") {
+  Run r = doctor(read_file(std::string(MWMS_SOURCE_DIR) + "/tests/data/tfconfig/TC-01.json"));
+  REQUIRE(r.status == 0);
+  const auto gpu = nlohmann::json::parse(r.out).at("gpu");
+  INFO(gpu.dump());
+  CHECK(gpu.at("cuda").get<bool>() == (MWMS_HAVE_CUDA == 1));
+  CHECK(gpu.at("nccl").get<bool>() == (MWMS_HAVE_NCCL == 1));
+  if (MWMS_HAVE_CUDA == 0) {
+    CHECK(gpu.at("devices").is_null());
+    CHECK_THAT(gpu.at("error").get<std::string>(),
+               Catch::Matchers::Contains("not built with CUDA"));
+  } else if (::access("/dev/nvidiactl", F_OK) != 0) {  // no NVIDIA driver on this machine
+    CHECK(gpu.at("devices").is_null());
+    CHECK_THAT(gpu.at("error").get<std::string>(),
+               Catch::Matchers::StartsWith("no driver (cudaGetDeviceCount: "));
+  } else {  // a driver: a count (0 when CUDA_VISIBLE_DEVICES hides every device)
+    CHECK(gpu.at("devices").get<int>() >= 0);
   }
 }

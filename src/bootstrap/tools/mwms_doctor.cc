@@ -7,7 +7,8 @@
 //   mwms-doctor --job_name worker --task_index 1 --cluster_spec cluster.json
 //   mwms-doctor check                 # and the network: DNS, this task's port, every peer
 //   mwms-doctor --json                # one JSON object for scripts; "sources" lists what
-//                                     # every launcher present resolved
+//                                     # every launcher present resolved, "gpu" the build's
+//                                     # CUDA/NCCL and the devices this process sees
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,14 +27,20 @@
 #include <utility>
 #include <vector>
 
+#include "doctor_device.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
 
 namespace {
 
 std::string read_file(const std::string& path, const std::string& flag) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw mwms::BootstrapError(flag + " " + path + ": cannot open the file");
+  if (!in) {
+    const int e = errno;  // what the failed open(2) said
+    throw mwms::BootstrapError(flag + " " + path + ": cannot open the file: " +
+                               (e != 0 ? std::strerror(e) : "unknown error"));
+  }
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -106,6 +113,23 @@ void print_human(const mwms::ResolvedCluster& r) {
   }
   std::cout << "cluster:     " << r.cluster.canonical_json() << "\n";
   std::cout << "fingerprint: " << r.cluster.fingerprint() << " (must match on every task)\n";
+}
+
+// "gpu:" line: the build's CUDA/NCCL and the devices this process sees (doctor_device.h).
+std::string gpu_line(const mwms::tools::DeviceReport& d) {
+  if (!d.cuda_built) return d.error;
+  std::string line = d.runtime + (d.nccl_built ? ", NCCL backend" : ", no NCCL backend") + "; ";
+  if (d.devices < 0) return line + d.error;
+  return line + std::to_string(d.devices) + " device(s) visible" +
+         (d.devices == 0 ? " (CUDA_VISIBLE_DEVICES, or no GPU)" : "");
+}
+
+nlohmann::json gpu_json(const mwms::tools::DeviceReport& d) {
+  nlohmann::json j{{"cuda", d.cuda_built}, {"nccl", d.nccl_built}};
+  j["devices"] = d.devices >= 0 ? nlohmann::json(d.devices) : nlohmann::json();
+  if (!d.runtime.empty()) j["runtime"] = d.runtime;
+  if (!d.error.empty()) j["error"] = d.error;
+  return j;
 }
 
 // Note [doctor output is total]: the doctor is run on broken configurations, so its JSON must
@@ -343,6 +367,7 @@ int main(int argc, char** argv) {
                                        [](const Finding& f) { return f.severity == "error"; });
     if (json) {
       nlohmann::json out = to_json(resolved);
+      out["gpu"] = gpu_json(mwms::tools::probe_devices());
       if (from_environment) out["sources"] = sources_json(report);
       if (check->parsed()) {
         nlohmann::json list = nlohmann::json::array();
@@ -356,6 +381,7 @@ int main(int argc, char** argv) {
       return any_error ? 2 : 0;
     } else {
       print_human(resolved);
+      std::cout << "gpu:         " << gpu_line(mwms::tools::probe_devices()) << "\n";
       for (const auto& s : report.sources) {
         std::cout << "present:     " << s.source << " (" << s.detail << "): world size "
                   << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))

@@ -16,7 +16,8 @@
 // group. When one process fails, the others first get a moment to end by themselves (at most
 // 1 s, and never more than --grace): a libmwms survivor notices a dead peer within ~10-150 ms and
 // exits with the error that names it, and a SIGTERM at once would cut that line off. Then they
-// get SIGTERM and, after --grace seconds more, SIGKILL: a collective waiting on the failed peer
+// get SIGCONT (a stopped process could not act on what follows) and SIGTERM and, after --grace
+// seconds more, SIGKILL, naming the ranks it had to kill: a collective waiting on the failed peer
 // would fail by itself within its timeout, but there is no reason to wait for that. mwmsrun never
 // exits before every process it started has been reaped,
 // and a killed mwmsrun takes its processes with it (PR_SET_PDEATHSIG).
@@ -39,6 +40,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -174,6 +176,54 @@ void signal_all(std::vector<Task>& tasks, int sig) {
   }
 }
 
+// Note [mwmsrun shutdown]: SIGCONT first, so that a stopped process (SIGSTOP, a debugger, Ctrl-Z
+// of its own) runs and can act on the SIGTERM that follows instead of holding it pending until
+// the SIGKILL.
+void terminate_all(std::vector<Task>& tasks) {
+  signal_all(tasks, SIGCONT);
+  signal_all(tasks, SIGTERM);
+}
+
+// SIGKILL to every process still running, saying which ranks had to be killed and why.
+void kill_all(std::vector<Task>& tasks, double grace) {
+  std::string ranks;
+  for (const Task& t : tasks) {
+    if (!t.exited && t.pid > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(t.rank);
+  }
+  if (ranks.empty()) return;
+  std::fprintf(stderr, "mwmsrun: rank(s) %s still running %g s after SIGTERM (--grace): sending "
+               "SIGKILL\n", ranks.c_str(), grace);
+  signal_all(tasks, SIGKILL);
+}
+
+// The help's one usage line (CLI11's own would read "Usage: [OPTIONS]": the app has no name when
+// parsing a vector, and it knows nothing of PROGRAM).
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: mwmsrun -np N [--chief] [--grace S] [--] PROGRAM [ARGS...]\n"
+           "       mwmsrun (-np N | --hosts HOST[:SLOTS],...) [--chief] --print-tf-config\n";
+  }
+};
+
+// A whole number in [lo, hi], saying "not a number" for one that is not (CLI::Range alone calls
+// "abc" "not in range").
+CLI::Validator whole_number_in(int lo, int hi) {
+  const std::string range = "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& value) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long v = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno == ERANGE) {
+          return "'" + value + "' is not a number (a whole number in " + range + ")";
+        }
+        if (v < lo || v > hi) return value + " is not in " + range;
+        return std::string();
+      },
+      "INT in " + range);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,7 +238,7 @@ int main(int argc, char** argv) {
   int port_base = 23456;
   std::vector<std::string> command;
   app.add_option("-n,--np", np, "number of processes (tasks) to start on this machine")
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number_in(1, 1024));
   app.add_flag("--chief", chief, "task 0 is the chief and the others workers 0..N-2 "
                "(default: N workers)");
   app.add_option("--grace", grace, "seconds between SIGTERM and SIGKILL when stopping the others "
@@ -201,7 +251,7 @@ int main(int argc, char** argv) {
                  "port-base + its slot on that host")->capture_default_str()
       ->check(CLI::Range(1, 65535 - 1024));
   app.prefix_command();  // PROGRAM and everything after it (or after --) belong to PROGRAM
-  app.footer("Usage: mwmsrun -np N [--chief] [--] PROGRAM [ARGS...]");
+  app.formatter(std::make_shared<UsageFormatter>());
   // "-np N" as mpirun and horovodrun spell it (CLI11 reads "-np" as -n with value "p"): rewrite
   // it among mwmsrun's own options, never inside PROGRAM's arguments.
   // Anything else that looks like an option before PROGRAM is a mistake (a typo, or PROGRAM's
@@ -447,11 +497,11 @@ int main(int argc, char** argv) {
       }
     }
     if (term_pending && running > 0 && std::chrono::steady_clock::now() >= term_at) {
-      signal_all(tasks, SIGTERM);
+      terminate_all(tasks);
       term_pending = false;
     }
     if (terminating && running > 0 && std::chrono::steady_clock::now() >= kill_at) {
-      signal_all(tasks, SIGKILL);
+      kill_all(tasks, grace);
       kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
     }
   }

@@ -33,8 +33,10 @@ class Backend {
   /// AlgorithmId of the last collective run() started (0xff: none or not applicable), for the
   /// trace (trace.h).
   virtual std::uint8_t last_algorithm() const noexcept { return 0xff; }
-  /// Tells every peer that `failed_rank` failed (best effort, never throws).
-  virtual void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept = 0;
+  /// Tells every peer that `failed_rank` failed (best effort, never throws); `why` is the
+  /// FailureCause of this rank's error, which the peers' relayed errors carry.
+  virtual void abort(int failed_rank, const std::string& reason, AbortCause cause,
+                     FailureCause why) noexcept = 0;
   /// Tells every peer that this rank finalized after `collectives` collectives (Note [finalize]
   /// in control_plane.h; best effort, bounded, never throws). The front end destroys the backend
   /// right after, which closes the links.

@@ -1,5 +1,6 @@
 #include "collective/backend/engine_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -24,16 +25,23 @@ EngineBackend::EngineBackend(int rank, std::vector<std::unique_ptr<Link>> links,
 
 std::string EngineBackend::describe() const {
   std::map<std::string, int> count;
+  std::map<std::string, int> streams;         // connections per peer, by transport
   std::map<std::string, std::size_t> pieces;  // links that cut messages otherwise than the plan
   for (const auto& l : links_) {
     if (!l) continue;
     ++count[l->caps().name];
+    streams[l->caps().name] = std::max(streams[l->caps().name], l->caps().streams);
     if (l->caps().chunk_bytes != options_.runner.chunk_bytes) {
       pieces[l->caps().name] = l->caps().chunk_bytes;
     }
   }
   std::string out = "engine backend, links:";
-  for (const auto& [name, n] : count) out += " " + std::to_string(n) + " " + name;
+  for (const auto& [name, n] : count) {
+    out += " " + std::to_string(n) + " " + name;
+    if (const int k = streams[name]; k > 0) {  // TCP: MWMS_NSOCKS_PERPEER
+      out += " (" + std::to_string(k) + (k == 1 ? " stream" : " streams") + " per peer)";
+    }
+  }
   if (count.empty()) out += " none";
   out += ", chunk " + std::to_string(options_.runner.chunk_bytes) + " bytes";
   for (const auto& [name, bytes] : pieces) {
@@ -110,9 +118,9 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   sel.algorithm->finish(call, b, scratch);
 }
 
-void EngineBackend::abort(int failed_rank, const std::string& reason,
-                          AbortCause cause) noexcept {
-  if (control_) control_->send_abort(failed_rank, reason, cause);
+void EngineBackend::abort(int failed_rank, const std::string& reason, AbortCause cause,
+                          FailureCause why) noexcept {
+  if (control_) control_->send_abort(failed_rank, reason, cause, why);
 }
 
 void EngineBackend::finalize(std::uint64_t collectives) noexcept {

@@ -30,7 +30,8 @@ class EngineBackend final : public Backend {
   std::string describe() const override;
   void run(const CollectiveArgs& args, const ErrorContext& ctx) override;
   std::uint8_t last_algorithm() const noexcept override { return last_algorithm_; }
-  void abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept override;
+  void abort(int failed_rank, const std::string& reason, AbortCause cause,
+             FailureCause why) noexcept override;
   void finalize(std::uint64_t collectives) noexcept override;
 
  private:

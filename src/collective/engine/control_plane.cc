@@ -156,6 +156,10 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
     text += " (reported by rank " + std::to_string(peer) + ")";
   }
   ErrorContext c = with_peer(ctx, failed);
+  // The failing rank's FailureCause (a value it does not know of reads as unknown).
+  c.cause = h.dtype <= static_cast<std::uint8_t>(FailureCause::kStalled)
+                ? static_cast<FailureCause>(h.dtype)
+                : FailureCause::kUnknown;
   // Re-raise with the class the failing rank saw, so every rank can react the same way.
   if (h.op == static_cast<std::uint8_t>(AbortCause::kMismatch)) {
     throw CollectiveMismatchError(text, c);
@@ -173,13 +177,14 @@ void ControlPlane::drain(int peer, const ErrorContext& ctx) {
   if (::poll(&p, 1, 250) > 0) read_message(peer, ctx);
 }
 
-void ControlPlane::send_abort(int failed_rank, const std::string& reason,
-                              AbortCause cause) noexcept {
+void ControlPlane::send_abort(int failed_rank, const std::string& reason, AbortCause cause,
+                              FailureCause why) noexcept {
   if (abort_sent_.exchange(true)) return;
   FrameHeader h;
   h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
   h.root = failed_rank;
   h.op = static_cast<std::uint8_t>(cause);
+  h.dtype = static_cast<std::uint8_t>(why);
   std::string text = reason.substr(0, kMaxAbortReasonBytes);
   h.payload_bytes = text.size();
   std::lock_guard<std::mutex> lock(writer_);
@@ -385,6 +390,7 @@ void ControlPlane::check_between_collectives() noexcept {
                          ? AbortCause::kMismatch
                          : dynamic_cast<const TimeoutError*>(&e) != nullptr ? AbortCause::kTimeout
                                                                             : AbortCause::kPeer;
+    failure_.why = e.context().cause;
     failure_.peer = e.context().peer_rank;
     failure_.text = e.message();
     failure_.set = true;
@@ -399,6 +405,7 @@ void ControlPlane::check_between_collectives() noexcept {
     try {
       failure_.text = lost_reason(p);
       failure_.cause = AbortCause::kPeer;
+      failure_.why = FailureCause::kStalled;
       failure_.peer = p;
       failure_.set = true;
       MWMS_LOG_WARN(kColl, "heartbeat: " << failure_.text
@@ -411,15 +418,16 @@ void ControlPlane::check_between_collectives() noexcept {
 
 std::string ControlPlane::lost_reason(int peer) const {
   char secs[96];
-  std::snprintf(secs, sizeof secs, " for %.1f s (lost after %.1f s %s, ", silent_seconds(peer),
-                lost_after(peer), kLostWithoutHeartbeat);
+  std::snprintf(secs, sizeof secs, " for %.1f s (lost after %.1f s without a heartbeat, ",
+                silent_seconds(peer), lost_after(peer));
   return name_of(peer) + " sent nothing on its control connection" + secs +
          "MWMS_HEARTBEAT_SECONDS): its process is stopped (SIGSTOP, a debugger) or hung, its "
          "host is down, or the network to it is cut";
 }
 
 void ControlPlane::throw_failure(const ErrorContext& ctx) const {
-  const ErrorContext c = with_peer(ctx, failure_.peer);
+  ErrorContext c = with_peer(ctx, failure_.peer);
+  c.cause = failure_.why;
   const std::string text = failure_.text + " (noticed between collectives, before " + ctx.op +
                            " seq " + std::to_string(ctx.seq) + ")";
   if (failure_.cause == AbortCause::kMismatch) throw CollectiveMismatchError(text, c);

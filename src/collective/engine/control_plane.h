@@ -2,7 +2,8 @@
 // carries the data, for what must reach a rank that is blocked on a link that cannot fail loudly
 // (shared memory has no EOF): the abort relay, stall blame and, through the closed control link of
 // a process that died, death notices, and the notice of an orderly shutdown. Messages are
-// FrameHeaders of kind kAbort (root = the rank that failed, op = AbortCause, payload = reason),
+// FrameHeaders of kind kAbort (root = the rank that failed, op = AbortCause, dtype = the
+// FailureCause of the failing rank's error, payload = reason),
 // kStallNotice (root = the rank waited for, step = the waiting rank, seq = the collective) or
 // kFinalized (root = the sender, seq = the collectives it completed, no payload).
 //
@@ -66,10 +67,6 @@
 #include "mwms/errors.h"
 
 namespace mwms::collective {
-
-/// In the text of every PeerError for a peer lost for want of heartbeats (Note [heartbeat]),
-/// relayed ones included: how the front end tells a stalled peer from a dead one.
-inline constexpr const char* kLostWithoutHeartbeat = "without a heartbeat";
 
 /// The lock over what the control links deliver (Note [heartbeat]): one atomic exchange to take
 /// it and a plain store to release it, half of std::mutex's cost on the hot path (the engine
@@ -136,7 +133,8 @@ class ControlPlane {
   bool lost(int peer) const;
   /// Seconds `peer` had been silent at the last poll; -1 when the heartbeat is off.
   double silent_seconds(int peer) const;
-  /// Why `peer` is lost, for errors: its name, how long it was silent, the likely causes.
+  /// Why `peer` is lost, for errors: its name, how long it was silent, the likely causes. An
+  /// error raised with it sets ErrorContext::cause to FailureCause::kStalled.
   std::string lost_reason(int peer) const;
   /// "rank 2 (worker 2, 10.0.0.3:2222)", for messages.
   std::string name_of(int peer) const;
@@ -170,8 +168,10 @@ class ControlPlane {
   void drain(int peer, const ErrorContext& ctx);
 
   /// Tells every peer that `failed_rank` failed (best effort, at most ~1 s, never throws). Sent
-  /// once per communicator.
-  void send_abort(int failed_rank, const std::string& reason, AbortCause cause) noexcept;
+  /// once per communicator. `why` travels with it: the peers' relayed errors carry it in
+  /// ErrorContext::cause (Note [no finalize after a stall] reads it).
+  void send_abort(int failed_rank, const std::string& reason, AbortCause cause,
+                  FailureCause why) noexcept;
   /// Tells every peer that this rank waits for `waited` in collective `seq` (Note [stall blame]).
   void send_stall_notice(std::uint64_t seq, int waited) noexcept;
   /// Tells every peer that this rank finalized after `collectives` collectives (Note
@@ -225,6 +225,7 @@ class ControlPlane {
   struct Failure {
     bool set = false;
     AbortCause cause = AbortCause::kPeer;
+    FailureCause why = FailureCause::kUnknown;
     int peer = -1;
     std::string text;
   } failure_;                                  // found by the thread (reader_)

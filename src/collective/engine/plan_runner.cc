@@ -104,6 +104,7 @@ void PlanRunner::rethrow_link_error(int peer, const ErrorContext& ctx) {
       // Note [finalize]: a peer that finalized never leaves a collective it has not completed.
       // The link's own guess ("the peer process probably died") gives way to what is known.
       std::string text = e.message().substr(0, e.message().find(" (the peer process probably"));
+      c.cause = FailureCause::kDied;
       throw PeerError(text + ": rank " + std::to_string(peer) + " closed its connections "
                       "without finalize(), so it shut down before seq " + std::to_string(seq) +
                       " completed, or its process died or aborted", c);
@@ -298,6 +299,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
       control_->finalized_after(waited) <= static_cast<std::int64_t>(seq)) {
     ErrorContext c = control_->with_peer(ctx, waited);
     c.transport = link_to(waited, ctx).caps().name;
+    c.cause = FailureCause::kDied;
     throw PeerError("rank " + std::to_string(waited) + " closed its control connection without "
                     "finalize() while this rank waited for it in " + ctx.op + " seq " +
                     std::to_string(seq) + ": it shut down before seq " + std::to_string(seq) +
@@ -357,6 +359,7 @@ void PlanRunner::throw_lost(const State& st, int waited, const ErrorContext& ctx
   ErrorContext c = control_->with_peer(ctx, waited);
   c.transport = link_to(waited, ctx).caps().name;
   c.elapsed_seconds = since(st.start);
+  c.cause = FailureCause::kStalled;
   throw PeerError(control_->lost_reason(waited) + "; this rank waited for it in " + ctx.op +
                       " seq " + std::to_string(ctx.seq),
                   c);

@@ -27,6 +27,7 @@ struct TransportCaps {
   bool pollable = false;          // wait_fd() returns a descriptor poll(2) can sleep on
   std::size_t chunk_bytes = 256 << 10;  // preferred pipeline chunk
   int max_inflight = 1;           // messages in flight per direction
+  int streams = 0;                // connections to the peer (TCP: MWMS_NSOCKS_PERPEER); 0: n/a
 };
 
 /// One outgoing message (Note [link messages]). The runner fills header/data/bytes/ready; the

@@ -13,6 +13,8 @@
 #include <optional>
 #include <thread>
 
+#include "support/handshake_peer.h"
+
 namespace {
 
 using mwms::bootstrap::AuthKey;
@@ -23,25 +25,9 @@ using mwms::bootstrap::HandshakeEvent;
 using mwms::bootstrap::HandshakeServer;
 using mwms::bootstrap::MessageKind;
 using mwms::common::Socket;
+using mwms::testing::TestListener;
 using nlohmann::json;
 using Catch::Matchers::Contains;
-
-struct Listener {
-  Socket socket;
-  int port = 0;
-  Listener() {
-    int error = 0;
-    socket = mwms::common::listen_tcp(0, &error);
-    REQUIRE(socket.valid());
-    port = mwms::common::local_port(socket);
-  }
-  Socket connect() const {
-    std::string err;
-    Socket s = mwms::common::connect_tcp("127.0.0.1", port, mwms::common::deadline_after(5), &err);
-    REQUIRE(s.valid());
-    return s;
-  }
-};
 
 HandshakeClaim claim_of(int rank) {
   return {MessageKind::kHello, rank, "fp-1234", R"({"task":"worker 1"})"};
@@ -73,9 +59,7 @@ std::string first_message(const HandshakeClaim& c, bool auth, const std::string&
 
 json recv_json(const Socket& s, MessageKind expected) {
   MessageKind kind{};
-  std::string text;
-  auto r = mwms::bootstrap::recv_message(s.fd(), &kind, &text, mwms::common::deadline_after(5));
-  REQUIRE(r.status == mwms::common::IoStatus::kOk);
+  std::string text = mwms::testing::recv_text(s.fd(), &kind);
   REQUIRE(kind == expected);
   return json::parse(text);
 }
@@ -93,7 +77,7 @@ std::optional<HandshakeEvent> wait_event(HandshakeServer& server, double seconds
 // connect_handshake on a helper thread against `server` in this one.
 std::pair<ConnectOutcome, std::optional<HandshakeEvent>> run_pair(const AuthKey& server_key,
                                                                   const AuthKey& client_key) {
-  Listener l;
+  TestListener l;
   HandshakeServer server(l.socket, server_key, {MessageKind::kHello}, 5);
   Socket client = l.connect();
   ConnectOutcome outcome;
@@ -154,7 +138,7 @@ TEST_CASE("handshake: a side without the key meets one with it: both refuse", "[
 
 TEST_CASE("handshake: a replayed exchange proves nothing on a new connection", "[unit]") {
   const AuthKey key("s3cret");
-  Listener l;
+  TestListener l;
   HandshakeServer server(l.socket, key, {MessageKind::kHello}, 5);
   const HandshakeClaim claim = claim_of(1);
   const std::string nonce_c(32, '\x11');
@@ -211,7 +195,7 @@ TEST_CASE("handshake: the proofs cover every claim and the role", "[unit]") {
 }
 
 TEST_CASE("handshake: truncated and oversized frames are refused, never waited on", "[unit]") {
-  Listener l;
+  TestListener l;
   HandshakeServer server(l.socket, AuthKey("k"), {MessageKind::kHello}, 0.5);
   // A header announcing more than the handshake bound: refused at once, nothing allocated.
   Socket big = l.connect();
@@ -255,7 +239,7 @@ TEST_CASE("handshake: truncated and oversized frames are refused, never waited o
 }
 
 TEST_CASE("handshake: silent connections run their deadlines concurrently", "[unit]") {
-  Listener l;
+  TestListener l;
   HandshakeServer server(l.socket, AuthKey(), {MessageKind::kHello}, 0.5);
   std::vector<Socket> silent;
   for (int i = 0; i < 12; ++i) silent.push_back(l.connect());

@@ -167,6 +167,17 @@ std::string next_collective(ControlPlane& plane) {
   return "";
 }
 
+// The FailureCause in the next collective's error (kUnknown when nothing was found, too).
+mwms::FailureCause next_cause(ControlPlane& plane) {
+  auto hold = plane.hold();
+  try {
+    plane.throw_if_failed(call_context(7));
+  } catch (const mwms::Error& e) {
+    return e.context().cause;
+  }
+  return mwms::FailureCause::kUnknown;
+}
+
 }  // namespace
 
 TEST_CASE("heartbeat: a silent peer is lost and the next collective fails naming it",
@@ -186,6 +197,8 @@ TEST_CASE("heartbeat: a silent peer is lost and the next collective fails naming
   CHECK_THAT(failure, Contains("rank 1 (worker 1, b:2) sent nothing on its control connection"));
   CHECK_THAT(failure, Contains("before all_reduce seq 7"));
   CHECK(next_collective(*p.plane) == failure);  // stays failed
+  // Note [no finalize after a stall] reads this, not the text.
+  CHECK(next_cause(*p.plane) == mwms::FailureCause::kStalled);
   p.plane->stop_heartbeat();
   CHECK(read_heartbeats(p.peer.fd(), 50) >= 4);  // the first one at once, then one per interval
 }
@@ -228,6 +241,36 @@ TEST_CASE("heartbeat: an abort that arrives between collectives fails the next o
   }
   CHECK_THAT(failure, Contains("rank 1 failed: loss is NaN"));
   CHECK_THAT(failure, !Contains("sent nothing"));
+}
+
+TEST_CASE("an abort carries the failing rank's FailureCause to the relayed error",
+          "[unit][collective][heartbeat]") {
+  struct Case {
+    std::uint8_t sent;
+    mwms::FailureCause expected;
+  };
+  for (const Case& c : {Case{0, mwms::FailureCause::kUnknown}, Case{1, mwms::FailureCause::kDied},
+                        Case{2, mwms::FailureCause::kStalled},
+                        Case{9, mwms::FailureCause::kUnknown}}) {  // a value it does not know
+    INFO("sent " << int{c.sent});
+    Pair p = make_pair();
+    const std::string reason = "rank 2 sent nothing on its control connection";
+    FrameHeader h;
+    h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
+    h.root = 1;
+    h.dtype = c.sent;
+    h.payload_bytes = reason.size();
+    send(p.peer.fd(), h);
+    REQUIRE(::write(p.peer.fd(), reason.data(), reason.size()) ==
+            static_cast<ssize_t>(reason.size()));
+    try {
+      p.plane->poll(nullptr, 0, 1000, call_context(3));
+      FAIL("no error");
+    } catch (const mwms::PeerError& e) {
+      CHECK_THAT(std::string(e.what()), Contains("rank 1 failed: " + reason));
+      CHECK(e.context().cause == c.expected);
+    }
+  }
 }
 
 TEST_CASE("heartbeat: a malformed heartbeat is a PeerError", "[unit][collective][heartbeat]") {

@@ -20,11 +20,6 @@ using mwms::testing::BitBuffer;
 namespace mk = mwms::kernels;
 namespace ops = mwms::kernels::ops;
 
-constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64,  DataType::kFloat16,
-                                   DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kProd};
-
 // dst[i] = f(dst[i], src[i]) with the functor of (dt, op), element by element (what a CUDA
 // thread does).
 void functor_reduce(BitBuffer* dst, const BitBuffer& src, ReduceOp op) {
@@ -57,34 +52,26 @@ TEST_CASE("element functors reduce bit for bit as kernels::reduce", "[unit][kern
   for (mk::detail::KernelIsa isa : mk::detail::kAllKernelIsas) {
     if (!mk::detail::kernel_isa_available(isa)) continue;
     ForcedIsa forced(isa);
-    for (DataType dt : kAllDtypes) {
-      BitBuffer a(dt, 0), b(dt, 0);
-      mwms::testing::operand_pairs(dt, &a, &b);
-      for (ReduceOp op : kAllOps) {
-        INFO(std::string(mk::detail::to_string(isa)) + " " + std::string(mwms::to_string(dt)) +
-             " " + std::string(mwms::to_string(op)) + ", " + std::to_string(a.count()) + " pairs");
-        BitBuffer want = a, got = a;
-        mk::reduce(want.data(), b.data(), want.count(), dt, op);
-        functor_reduce(&got, b, op);
-        CHECK(mwms::testing::count_mismatches(op, a, b, want, got) == 0);
-      }
-    }
+    mwms::testing::for_each_reduce_case([&](const mwms::testing::ReduceCase& c) {
+      INFO(std::string(mk::detail::to_string(isa)) + " " + std::string(mwms::to_string(c.dtype)) +
+           " " + std::string(mwms::to_string(c.op)) + ", " + std::to_string(c.a.count()) +
+           " pairs");
+      BitBuffer got = c.a;
+      functor_reduce(&got, c.b, c.op);
+      CHECK(mwms::testing::count_mismatches(c.op, c.a, c.b, c.want, got) == 0);
+    });
   }
 }
 
 TEST_CASE("element functors divide bit for bit as kernels::scale_divide", "[unit][kernels]") {
-  for (DataType dt : kAllDtypes) {
-    BitBuffer a(dt, 0), b(dt, 0);
-    mwms::testing::operand_pairs(dt, &a, &b);
-    for (int divisor : {1, 2, 3, 7, 8, -1, -3, 1000}) {
-      INFO(std::string(mwms::to_string(dt)) + " / " + std::to_string(divisor));
-      BitBuffer want = a, got = a;
-      mk::scale_divide(want.data(), want.count(), dt, divisor);
-      functor_scale(&got, divisor);
-      // A NaN divided keeps being a NaN; the payload is the FPU's (one operand), so compare exactly.
-      CHECK(mwms::testing::count_mismatches(ReduceOp::kMin, a, a, want, got) == 0);
-    }
-  }
+  mwms::testing::for_each_scale_case(
+      {1, 2, 3, 7, 8, -1, -3, 1000}, [](const mwms::testing::ScaleCase& c) {
+        INFO(std::string(mwms::to_string(c.dtype)) + " / " + std::to_string(c.divisor));
+        BitBuffer got = c.a;
+        functor_scale(&got, c.divisor);
+        // A NaN divided keeps being a NaN; the payload is the FPU's (one operand): compare exactly.
+        CHECK(mwms::testing::count_mismatches(ReduceOp::kMin, c.a, c.a, c.want, got) == 0);
+      });
 }
 
 TEST_CASE("element conversions equal the CPU's on every 16-bit pattern and float edges",

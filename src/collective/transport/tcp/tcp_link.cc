@@ -39,6 +39,7 @@ TcpLink::TcpLink(int peer, std::vector<common::Socket> streams, std::size_t stri
   MWMS_CHECK(nstreams_ >= 1 && nstreams_ <= kMaxStreams && stripe_bytes_ > 0,
              "bad TCP link to rank " + std::to_string(peer) + ": " + std::to_string(nstreams_) +
                  " streams, stripe " + std::to_string(stripe_bytes));
+  caps_.streams = nstreams_;
   for (int i = 0; i < nstreams_; ++i) {
     streams_[static_cast<std::size_t>(i)].socket = std::move(streams[static_cast<std::size_t>(i)]);
   }

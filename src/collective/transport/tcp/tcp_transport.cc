@@ -61,7 +61,8 @@ common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
   if (o.status != bootstrap::ConnectOutcome::Status::kOk) {
     std::string why = o.status == bootstrap::ConnectOutcome::Status::kIo ? o.io.describe() : o.detail;
     if (o.status == bootstrap::ConnectOutcome::Status::kKeyMismatch) {
-      why = "key mismatch (" + why + "): every task must have the same MWMS_AUTH_KEY";
+      why = "key mismatch (" + bootstrap::mismatch_detail(o) +
+            "): every task must have the same MWMS_AUTH_KEY";
     }
     throw BootstrapError(c.task_name() + " could not open its " +
                              (kind == MessageKind::kRingData ? "data" : "control") + " link to " +
