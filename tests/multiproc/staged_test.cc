@@ -8,7 +8,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -436,4 +438,45 @@ TEST_CASE("host-staged: an injected CUDA error is a BackendError naming the call
       CHECK(r.output.find("CUDA error " + std::to_string(inj.code)) != std::string::npos);
     }
   }
+}
+
+// Not in ctest (hidden): the staged path's cost over the engine on host buffers, on 2 processes,
+// 64 MiB float32. The fake's copies are plain memcpy run when an event is queried (no copy engine,
+// no overlap), so this measures the host side of the path, not PCIe.
+//   mwms_multiproc_tests "[staged-timing]" -s
+TEST_CASE("host-staged: time against the engine on host buffers", "[.][staged-timing]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 300;
+  const std::vector<int> reference_ports = mwms::testing::free_ports(2);
+  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
+                                                    const auto& report) {
+    FakeCudaRuntime::get().reset();
+    FakeCudaRuntime::get().not_ready_polls = 0;
+    auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
+                                               staged_options(120), nullptr,
+                                               &mwms::testing::fake_cuda_api());
+    auto host = mwms::Communicator::create(
+        mwms::resolve_tf_config(mwms::testing::make_tf_config(reference_ports, rank, false)),
+        staged_options(120));
+    const std::size_t bytes = std::size_t{64} << 20;
+    std::vector<float> h(bytes / 4, 1.0f);
+    void* d = FakeCudaRuntime::get().device_malloc(bytes);
+    auto time = [&](const std::function<void()>& f) {
+      f();  // warm-up: staging and scratch grow
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < 5; ++i) f();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 5;
+    };
+    const double engine = time([&] {
+      host->all_reduce(h.data(), h.size(), DataType::kFloat32, ReduceOp::kSum);
+    });
+    const double staged = time([&] {
+      comm->all_reduce(d, bytes / 4, DataType::kFloat32, ReduceOp::kSum)->wait();
+    });
+    report("64 MiB float32 all-reduce: engine " + std::to_string(engine * 1e3) + " ms, staged " +
+           std::to_string(staged * 1e3) + " ms");
+    host->finalize();
+  });
+  for (const auto& r : results) WARN("rank " << r.rank << ": " << r.output);
 }
