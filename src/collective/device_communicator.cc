@@ -139,10 +139,17 @@ double positive_or(double value, const char* env_name) {
   return value > 0 ? value : common::env_double(env_name);
 }
 
+// STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.
+void log_nccl_debug(const NcclApi& api) {
+  const char* nccl_debug = std::getenv("NCCL_DEBUG");
+  MWMS_LOG_INFO(kInit, "nccl backend (" << api.name << "), NCCL_DEBUG "
+                                        << (nccl_debug ? nccl_debug : "unset"));
+}
+
 // Implementation::kNccl: the NCCL id in rank 0's peer info (Note [nccl unique id]).
 std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
                                                 const CommunicatorOptions& options,
-                                                const NcclApi* api) {
+                                                const NcclApi* api, const CudaApi* cuda) {
   const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
   const double connect_timeout =
       positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
@@ -175,7 +182,18 @@ std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
       throw BootstrapError("rank 0 published no valid NCCL unique id (is it a DeviceCommunicator "
                            "too, with the same libmwms?)", ctx);
     }
-    local_rank = rv.peers[static_cast<std::size_t>(c.task_id)].local_rank;
+    const bootstrap::PeerInfo& me = rv.peers[static_cast<std::size_t>(c.task_id)];
+    local_rank = me.local_rank;
+    // Say it plainly rather than let NCCL fail with "Duplicate GPU detected" (every rank of this
+    // host sees the same; ranks elsewhere then time out in NCCL's init).
+    int devices = 0;
+    if (cuda != nullptr && cuda->get_device_count(&devices) == 0 && devices > 0 &&
+        me.local_size > devices) {
+      throw InvalidUsage("Implementation::kNccl: " + std::to_string(me.local_size) +
+                             " ranks on this host share " + std::to_string(devices) +
+                             " CUDA device(s), and NCCL refuses two ranks on one GPU; use kAuto "
+                             "or kRing (the host-staged path)", ctx);
+    }
   }
   NcclBackendOptions o;
   o.rank = c.task_id;
@@ -184,12 +202,7 @@ std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
   o.timeout_seconds = timeout;
   o.init_timeout_seconds = connect_timeout;
   o.context.task = c.task_name();
-  if (c.task_id == 0) {
-    // STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.
-    const char* nccl_debug = std::getenv("NCCL_DEBUG");
-    MWMS_LOG_INFO(kInit, "nccl backend (" << api->name << "), NCCL_DEBUG "
-                                          << (nccl_debug ? nccl_debug : "unset"));
-  }
+  if (c.task_id == 0) log_nccl_debug(*api);
   auto backend = std::make_unique<NcclBackend>(*api, id, o);
   return std::make_unique<DeviceCommunicatorImpl>(std::move(rv.cluster), std::move(backend));
 }
@@ -281,6 +294,7 @@ std::unique_ptr<DeviceCommunicator> nccl_over_engine(std::unique_ptr<Communicato
       positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
   o.context.task = c.task_name();
   engine.reset();
+  if (c.task_id == 0) log_nccl_debug(api);
   auto backend = std::make_unique<NcclBackend>(api, id, o);
   return std::make_unique<DeviceCommunicatorImpl>(std::move(c), std::move(backend));
 }
@@ -297,7 +311,7 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
         throw InvalidUsage("Implementation::kNccl needs a libmwms built with NCCL "
                            "(MWMS_WITH_CUDA=ON and NCCL found); this build has MWMS_HAVE_NCCL 0");
       }
-      return create_nccl(cluster, options, nccl);
+      return create_nccl(cluster, options, nccl, cuda);
     case Implementation::kRing:
       if (cuda == nullptr) {
         throw InvalidUsage("DeviceCommunicator's host-staged path (Implementation::kRing) needs a "
@@ -308,7 +322,7 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
     case Implementation::kAuto: break;
   }
   if (cuda == nullptr) {
-    if (nccl != nullptr) return create_nccl(cluster, options, nccl);
+    if (nccl != nullptr) return create_nccl(cluster, options, nccl, cuda);
     throw InvalidUsage("DeviceCommunicator needs a libmwms built with CUDA (MWMS_WITH_CUDA=ON); "
                        "this build has MWMS_HAVE_CUDA 0 and MWMS_HAVE_NCCL 0");
   }

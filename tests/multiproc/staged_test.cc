@@ -348,6 +348,33 @@ TEST_CASE("host-staged: kAuto picks NCCL only when every rank has a device of it
   }
 }
 
+TEST_CASE("kNccl with more ranks on a host than devices says why", "[tcp][multiproc][staged]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config,
+                                                    const auto& report) {
+    FakeCudaRuntime::get().reset();
+    mwms::testing::FakeNcclWorld::get().reset();
+    mwms::CommunicatorOptions o = staged_options();
+    o.implementation = mwms::Implementation::kNccl;
+    try {
+      mc::create_device_communicator(mwms::resolve_tf_config(tf_config), o,
+                                     &mwms::testing::fake_nccl_api(),
+                                     &mwms::testing::fake_cuda_api());
+      report("created");
+    } catch (const mwms::InvalidUsage& e) {
+      report(std::string("InvalidUsage ") + e.what());
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("InvalidUsage Implementation::kNccl: 2 ranks on this host share 1 CUDA "
+                        "device(s)") == 0);
+  }
+}
+
 TEST_CASE("host-staged: a dead peer is a PeerError within the timeout", "[tcp][multiproc][staged][fault]") {
   mwms::testing::LaunchOptions opts;
   opts.world_size = 3;
