@@ -156,8 +156,23 @@ StagedBackend::~StagedBackend() {
     last_.reset();
   }
   const CudaApi& api = *shared_->api;
+  bool drained = true;
+  if (drain_ != nullptr) {  // a failed collective's copies (launch)
+    const Deadline deadline = common::deadline_after(options_.timeout_seconds);
+    PollBackoff backoff;
+    int q = kCudaNotReady;
+    while ((q = api.event_query(drain_)) == kCudaNotReady && Clock::now() < deadline) {
+      backoff.pause();
+    }
+    drained = q == 0;
+    api.event_destroy(drain_);
+  }
   for (CudaEvent e : piece_events_) api.event_destroy(e);
-  if (stage_ != nullptr) {
+  if (stage_ != nullptr && !drained) {
+    MWMS_LOG_WARN(kColl, "host-staged: copies of a failed collective still pending after "
+                             << seconds_text(options_.timeout_seconds)
+                             << "; the staging buffer is not freed");
+  } else if (stage_ != nullptr) {
     const int r = api.free_host(stage_);
     if (r != 0) MWMS_LOG_WARN(kColl, "cudaFreeHost returned " << r << " (" << api.error_string(r) << ")");
   }
@@ -397,6 +412,13 @@ std::shared_ptr<Work> StagedBackend::launch(const DeviceCall* calls, std::size_t
     throw;  // nothing ran
   } catch (const Error&) {
     shared_->fail(std::current_exception());  // the engine poisoned itself too
+    // Copies may still be in flight on `stream`, to and from the staging buffer: the destructor
+    // waits for this event (bounded) before it frees the buffer.
+    if (drain_ == nullptr && shared_->api->event_create(&drain_) != 0) drain_ = nullptr;
+    if (drain_ != nullptr && shared_->api->event_record(drain_, stream) != 0) {
+      shared_->api->event_destroy(drain_);
+      drain_ = nullptr;
+    }
     throw;
   }
   CudaEvent event = nullptr;

@@ -78,8 +78,10 @@ class StagedBackend final : public DeviceBackend {
   ///   the code and its text).
   StagedBackend(const CudaApi& api, std::unique_ptr<Communicator> engine,
                 StagedBackendOptions options);
-  /// Waits for the last collective's copies (bounded by its deadline), frees the staging buffer
-  /// and the events, then destroys the engine (closing its links). Never throws.
+  /// Waits for the last collective's copies (bounded by its deadline; after a failed one, for the
+  /// copies it left in flight, bounded alike: the buffer is leaked if they never finish), frees
+  /// the staging buffer and the events, then destroys the engine (closing its links). Never
+  /// throws.
   ~StagedBackend() override;
   StagedBackend(const StagedBackend&) = delete;
   StagedBackend& operator=(const StagedBackend&) = delete;
@@ -135,6 +137,7 @@ class StagedBackend final : public DeviceBackend {
   std::vector<CudaEvent> piece_events_;  // reused by every call
   std::vector<Segment> segments_;        // reused by every call
   std::shared_ptr<StagedWork> last_;     // the previous call's copies back (stage reuse waits)
+  CudaEvent drain_ = nullptr;            // recorded after a failed call's copies
 };
 
 }  // namespace mwms::collective
