@@ -270,3 +270,15 @@ TEST_CASE("DeviceCommunicator without NCCL in the build says so", "[unit][nccl]"
   CHECK_THROWS_AS(mc::create_device_communicator(alone, ring, nullptr, nullptr),
                   mwms::InvalidUsage);
 }
+
+TEST_CASE("Communicator with Implementation::kNccl points to DeviceCommunicator", "[unit][nccl]") {
+  mwms::ResolvedCluster alone;
+  mwms::CommunicatorOptions o;
+  o.implementation = mwms::Implementation::kNccl;
+  try {
+    mwms::Communicator::create(alone, o);
+    FAIL("created");
+  } catch (const mwms::InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("create a DeviceCommunicator") != std::string::npos);
+  }
+}
