@@ -102,6 +102,26 @@ fi
 step doctor-gpu 30 bash -c \
   '"$1" --json | tee /dev/stderr | grep -Eq "\"gpu\":\{[^}]*\"devices\":[1-9]"' \
   doctor "$bin/mwms-doctor"
+# --- step: staged ---
+# DeviceCommunicator on the GPU (tests/cuda/staged_check.cc): 2 processes on the ONE GPU through
+# the host-staged path (NCCL refuses two ranks on one device): every collective x dtype x op,
+# counts 0/1/prime/MiB, against the CPU result, and a 64 MiB all-reduce timed (JSON line into
+# bench.jsonl); then kAuto on a world of one, which must pick NCCL. Time limits: build 120 s,
+# staged2 90 s, auto1 60 s (expected: about 20 + 15 + 10 s on 16 cores).
+if [[ $build == "$log_dir/build" ]]; then
+  step build-staged 120 cmake --build "$build" -j "$(nproc)" --target mwms_gpu_staged_check mwmsrun
+fi
+if [[ -x $bin/mwms_gpu_staged_check && -x $bin/mwmsrun ]]; then
+  step gpu-staged2 90 "$bin/mwmsrun" -np 2 "$bin/mwms_gpu_staged_check" --implementation ring \
+    --expect host-staged
+  step gpu-auto1 60 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_staged_check" \
+    --implementation auto --expect nccl
+  grep -ho '{"bench":"staged_check"[^}]*}' "$log_dir/gpu-staged2.log" "$log_dir/gpu-auto1.log" \
+    >> "$log_dir/bench.jsonl" 2>/dev/null || true
+else
+  say "== FAIL $bin/mwms_gpu_staged_check or $bin/mwmsrun missing"
+  failed=1
+fi
 
 if [[ $failed -eq 0 ]]; then say "gpu_check: all steps passed"; else say "gpu_check: FAILED"; fi
 exit $failed

@@ -1,17 +1,24 @@
 /// @file device_communicator.h
-/// DeviceCommunicator: collectives on GPU buffers through NCCL, enqueued on the caller's CUDA
-/// stream, with libmwms's bootstrap (TF_CONFIG, mpirun, any launcher: the NCCL unique id travels
-/// in our rendezvous), deadlines and errors. Needs a build with NCCL (`MWMS_HAVE_NCCL` in
-/// mwms/config.h); no CUDA type appears here: a stream is passed as an opaque DeviceStream.
+/// DeviceCommunicator: collectives on GPU buffers, enqueued on the caller's CUDA stream, with
+/// libmwms's bootstrap (TF_CONFIG, mpirun, any launcher), deadlines and errors. Two backends
+/// (CommunicatorOptions::implementation; see DeviceCommunicator::create):
+/// - NCCL (`MWMS_HAVE_NCCL`): the collective is handed whole to NCCL on the stream; one process
+///   per GPU (NCCL refuses two ranks on one device). The NCCL unique id travels in our rendezvous.
+/// - host-staged (`MWMS_HAVE_CUDA`): device -> pinned host copy on the stream, the engine's
+///   collective (our algorithms over shm/TCP/MPI, as Communicator) on the host copy, host ->
+///   device copy on the stream. Any number of ranks per GPU; costs two PCIe copies plus the
+///   engine's time (docs/gpu.md "Host-staged path").
+/// No CUDA type appears here: a stream is passed as an opaque DeviceStream.
 ///
 /// Contract (as NCCL's): every rank calls the same collectives in the same order with matching
-/// count, dtype, op and root; one process per GPU (NCCL refuses two ranks on one device). Each
-/// call only enqueues work on the stream and returns a Work at once; the Work completes when the
-/// collective completed on the device. Its deadline (CommunicatorOptions::timeout_seconds) is
-/// enforced while Work::wait or Work::test runs: a dead or stalled peer then makes wait() throw
-/// TimeoutError (or PeerError when NCCL reports the failure), after this rank aborted its NCCL
-/// communicator, so no kernel is left spinning; every later call throws InvalidUsage carrying the
-/// cause (poisoned).
+/// count, dtype, op and root. NCCL: each call only enqueues work on the stream and returns a Work
+/// at once. Host-staged: each call returns once the engine finished (it waits for the copy to the
+/// host, so for the work before it on the stream), and the Work covers the copy back. Either way
+/// the Work completes when the result is in device memory, and later work on the stream is
+/// ordered after it. Its deadline (CommunicatorOptions::timeout_seconds) is enforced while the
+/// call, Work::wait or Work::test runs: a dead or stalled peer then makes the call or wait() throw
+/// TimeoutError or PeerError (NCCL: after this rank aborted its NCCL communicator, so no kernel
+/// is left spinning); every later call throws InvalidUsage carrying the cause (poisoned).
 /// @code
 ///   auto comm = mwms::DeviceCommunicator::create(mwms::resolve_from_environment());
 ///   // grad: device memory of n floats; stream: a cudaStream_t
@@ -45,24 +52,34 @@ struct DeviceTensor {
   std::size_t count = 0; ///< elements
 };
 
-/// Collectives on device buffers over NCCL; see the file comment for the contract. Thread safety:
+/// Collectives on device buffers over NCCL or host-staged; see the file comment for the contract. Thread safety:
 /// one thread at a time calls collectives; Work handles may be tested and waited on from any
 /// thread. Buffers must stay valid until their Work completed.
 class MWMS_API DeviceCommunicator {
  public:
-  /// Rendezvous with every task of `cluster` (as Communicator::create does; rank 0 makes the NCCL
-  /// unique id and the rendezvous hands it to every rank), selects device local_rank % device
-  /// count and creates the NCCL communicator (non-blocking), waiting for it for at most
-  /// options.connect_timeout_seconds. Uses options.timeout_seconds as each collective's deadline
-  /// (<= 0: MWMS_TIMEOUT_SECONDS). Blocking.
-  /// @throws InvalidUsage (this build has no NCCL), BootstrapError (as Communicator::create),
+  /// Rendezvous with every task of `cluster` (as Communicator::create does), selects device
+  /// local_rank % device count and builds the backend options.implementation names:
+  /// - kNccl: NCCL (rank 0 makes the NCCL unique id, the rendezvous hands it to every rank; the
+  ///   NCCL communicator is created non-blocking and waited for at most
+  ///   options.connect_timeout_seconds). InvalidUsage in a build without NCCL.
+  /// - kRing: host-staged over the engine (options.transport, algorithm, chunk_bytes apply to it
+  ///   as to Communicator). InvalidUsage in a build without CUDA.
+  /// - kAuto (default): NCCL when this build has it and every rank can use it (each rank sees a
+  ///   device and no host runs more ranks than it has devices), else host-staged for every rank.
+  ///   Decided collectively (ranks exchange what they see over the engine, so they always
+  ///   agree); the choice and its reason are logged at info.
+  /// describe() says which was chosen. Uses options.timeout_seconds as each collective's deadline
+  /// (<= 0: MWMS_TIMEOUT_SECONDS). Blocking; collective (every rank calls it with the same
+  /// implementation).
+  /// @throws InvalidUsage (the build lacks the backend), BootstrapError (as Communicator::create),
   ///   TimeoutError (a rank never created its NCCL communicator), BackendError (CUDA or NCCL
   ///   failed, e.g. no device: native code and text), PeerError.
   static std::unique_ptr<DeviceCommunicator> create(const ResolvedCluster& cluster,
                                                     const CommunicatorOptions& options = {});
 
   /// Waits for the last collective (bounded by its deadline), then finalizes and destroys the
-  /// NCCL communicator (aborted if that does not complete in time). Never throws.
+  /// NCCL communicator (aborted if that does not complete in time), or frees the staging buffer
+  /// and closes the engine's links (host-staged). Never throws.
   virtual ~DeviceCommunicator();
 
   /// This process's rank, in [0, world_size()).
@@ -74,14 +91,17 @@ class MWMS_API DeviceCommunicator {
 
   /// In-place all-reduce of `count` elements of device memory at `buffer`, enqueued on `stream`.
   /// kMean divides the sum by world_size() with the CPU path's rounding. NaN handling of kMin and
-  /// kMax is NCCL's (unspecified), unlike the engine's. @throws InvalidArgument (null buffer with
-  /// count > 0), InvalidUsage (poisoned), BackendError, PeerError, TimeoutError (NCCL still
-  /// enqueueing at the deadline); later failures come out of Work::wait().
+  /// kMax is NCCL's (unspecified) on NCCL, the engine's on the host-staged path.
+  /// @throws InvalidArgument (null buffer with count > 0; host-staged: a buffer that is not
+  /// device memory), InvalidUsage (poisoned), BackendError, PeerError, TimeoutError (NCCL still
+  /// enqueueing at the deadline; host-staged: the engine's errors, and a copy to the host not done
+  /// by the deadline); later failures (the copy back, NCCL's kernels) come out of Work::wait().
   virtual std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype,
                                            ReduceOp op, DeviceStream stream = {}) = 0;
 
-  /// In-place all-reduce of every tensor of a bucket as one NCCL group (one launch, one Work).
-  /// Throws as all_reduce().
+  /// In-place all-reduce of every tensor of a bucket as one NCCL group (one launch, one Work); on
+  /// the host-staged path the tensors are packed into the staging buffer and all-reduced by one
+  /// engine call. Throws as all_reduce().
   virtual std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors,
                                                   std::size_t num_tensors, DataType dtype,
                                                   ReduceOp op, DeviceStream stream = {}) = 0;
@@ -102,10 +122,12 @@ class MWMS_API DeviceCommunicator {
   virtual std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype,
                                           int root, DeviceStream stream = {}) = 0;
 
-  /// One line: "nccl (device D, world size N)".
+  /// One line naming the backend chosen: "nccl (device D, world size N)" or
+  /// "host-staged (device D, world size N): <the engine's transports and algorithms>".
   virtual std::string describe() const = 0;
 
-  /// Aborts the NCCL communicator (its kernels stop) and poisons this object. Never throws.
+  /// Aborts the NCCL communicator (its kernels stop) or the engine (peers blocked in a collective
+  /// fail with PeerError naming this rank) and poisons this object. Never throws.
   virtual void abort(const std::string& reason) noexcept = 0;
 
  protected:

@@ -11,8 +11,14 @@
 namespace mwms {
 
 /// Which cross-worker all-reduce implementation to use (tf.distribute.experimental
-/// .CommunicationImplementation). kAuto picks the best available; kRing forces the ring over TCP;
-/// kNccl needs GPU buffers and a build with NCCL.
+/// .CommunicationImplementation).
+/// - Communicator (host buffers): kAuto and kRing run our algorithms (the engine) over
+///   shm/TCP/MPI; kNccl is refused (InvalidArgument: host buffers cannot go through NCCL, use a
+///   DeviceCommunicator).
+/// - DeviceCommunicator (GPU buffers): kNccl is NCCL (an error when the build or the machine
+///   cannot); kRing is the host-staged path (device -> pinned host -> the engine -> device);
+///   kAuto is NCCL when the build has it and every rank has a GPU of its own, else host-staged
+///   for every rank (decided collectively, logged at info).
 enum class Implementation { kAuto, kRing, kNccl };
 
 /// Which transport carries the engine's data between two ranks (the bench's --backend).
@@ -63,7 +69,8 @@ struct MWMS_API CommunicatorOptions {
   /// a call, raises InvalidArgument. Every rank must use the same value (a disagreement raises
   /// CollectiveMismatchError).
   std::string algorithm;
-  /// Implementation; kAuto and kRing both select the engine (our algorithms) today.
+  /// Implementation (see Implementation): for Communicator kAuto and kRing both select the engine;
+  /// for DeviceCommunicator it picks NCCL or the host-staged path.
   Implementation implementation = Implementation::kAuto;
   /// Transport of the engine's links; kFromEnvironment reads MWMS_TRANSPORT (default auto).
   TransportChoice transport = TransportChoice::kFromEnvironment;

@@ -86,8 +86,9 @@ HostLayout host_layout_of(const std::vector<bootstrap::PeerInfo>& peers) {
 std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster,
                                                   const CommunicatorOptions& options) {
   if (options.implementation == Implementation::kNccl) {
-    throw InvalidArgument("Implementation::kNccl needs a build with NCCL and GPU buffers; this "
-                          "build has only the engine over host memory (use kAuto or kRing)");
+    throw InvalidArgument("Implementation::kNccl is for device buffers: Communicator carries host "
+                          "buffers over the engine (use kAuto or kRing); for GPU buffers create a "
+                          "DeviceCommunicator (mwms/device_communicator.h) with kNccl");
   }
   const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
   const double connect_timeout =

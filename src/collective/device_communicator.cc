@@ -1,4 +1,17 @@
-// DeviceCommunicator: the public face of the NCCL backend (backend/nccl_backend.h).
+// DeviceCommunicator: the public face of the device backends, NCCL (backend/nccl_backend.h) and
+// host-staged (backend/staged_backend.h).
+//
+// Note [device backend choice]: CommunicatorOptions::implementation picks the backend. kNccl is
+// NCCL or an error; kRing is the host-staged path (the engine over shm/TCP/MPI on pinned copies);
+// kAuto is NCCL when every rank can use it, else host-staged for all. Ranks must agree (one rank
+// on NCCL and another on the engine would wait for each other forever), so kAuto first builds
+// the engine's communicator (its rendezvous and links), all-gathers one record per rank (a hash
+// of its host id, its CUDA device count, whether its build has NCCL) and decides from the
+// gathered records, which are the same on every rank: NCCL when every rank's build has it, every
+// rank sees a device and no host runs more ranks than it has devices (NCCL refuses two ranks on
+// one GPU: "Duplicate GPU detected"). Then either the engine becomes the staged backend's, or
+// rank 0's NCCL unique id is broadcast over it and it is finalized before the NCCL communicator
+// is created. The choice and its reason are logged at info by rank 0.
 //
 // Note [nccl unique id]: NCCL needs its 128-byte unique id, made by one rank with
 // ncclGetUniqueId, on every rank before ncclCommInitRankConfig. We send it through our own
@@ -9,11 +22,17 @@
 #include "collective/device_communicator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <vector>
 
+#include "bootstrap/peer_info.h"
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/nccl_backend.h"
+#include "collective/backend/staged_backend.h"
+#include "collective/communicator_factory.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
@@ -24,7 +43,8 @@ DeviceCommunicator::~DeviceCommunicator() = default;
 
 std::unique_ptr<DeviceCommunicator> DeviceCommunicator::create(const ResolvedCluster& cluster,
                                                                const CommunicatorOptions& options) {
-  return collective::create_device_communicator(cluster, options, collective::real_nccl_api());
+  return collective::create_device_communicator(cluster, options, collective::real_nccl_api(),
+                                                collective::real_cuda_api());
 }
 
 namespace collective {
@@ -33,7 +53,7 @@ namespace {
 
 class DeviceCommunicatorImpl final : public DeviceCommunicator {
  public:
-  DeviceCommunicatorImpl(ResolvedCluster cluster, std::unique_ptr<NcclBackend> backend)
+  DeviceCommunicatorImpl(ResolvedCluster cluster, std::unique_ptr<DeviceBackend> backend)
       : cluster_(std::move(cluster)), backend_(std::move(backend)) {}
 
   int rank() const noexcept override { return cluster_.task_id; }
@@ -80,7 +100,7 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
 
  private:
   ResolvedCluster cluster_;
-  std::unique_ptr<NcclBackend> backend_;
+  std::unique_ptr<DeviceBackend> backend_;
   std::vector<DeviceCall> calls_;  // reused by all_reduce_bucket
 };
 
@@ -113,18 +133,26 @@ bool from_hex(const std::string& text, NcclUniqueId* id) {
   return true;
 }
 
-std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedCluster& cluster,
-                                                               const CommunicatorOptions& options,
-                                                               const NcclApi* api) {
-  if (api == nullptr) {
-    throw InvalidUsage("DeviceCommunicator needs a libmwms built with NCCL (MWMS_WITH_CUDA=ON "
-                       "and NCCL found); this build has MWMS_HAVE_NCCL 0");
-  }
-  const double timeout = options.timeout_seconds > 0 ? options.timeout_seconds
-                                                     : common::env_double("MWMS_TIMEOUT_SECONDS");
-  const double connect_timeout = options.connect_timeout_seconds > 0
-                                     ? options.connect_timeout_seconds
-                                     : common::env_double("MWMS_CONNECT_TIMEOUT_SECONDS");
+namespace {
+
+double positive_or(double value, const char* env_name) {
+  return value > 0 ? value : common::env_double(env_name);
+}
+
+// STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.
+void log_nccl_debug(const NcclApi& api) {
+  const char* nccl_debug = std::getenv("NCCL_DEBUG");
+  MWMS_LOG_INFO(kInit, "nccl backend (" << api.name << "), NCCL_DEBUG "
+                                        << (nccl_debug ? nccl_debug : "unset"));
+}
+
+// Implementation::kNccl: the NCCL id in rank 0's peer info (Note [nccl unique id]).
+std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
+                                                const CommunicatorOptions& options,
+                                                const NcclApi* api, const CudaApi* cuda) {
+  const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
+  const double connect_timeout =
+      positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
   ErrorContext ctx;
   ctx.rank = cluster.task_id;
   ctx.world_size = cluster.num_workers;
@@ -154,7 +182,18 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
       throw BootstrapError("rank 0 published no valid NCCL unique id (is it a DeviceCommunicator "
                            "too, with the same libmwms?)", ctx);
     }
-    local_rank = rv.peers[static_cast<std::size_t>(c.task_id)].local_rank;
+    const bootstrap::PeerInfo& me = rv.peers[static_cast<std::size_t>(c.task_id)];
+    local_rank = me.local_rank;
+    // Say it plainly rather than let NCCL fail with "Duplicate GPU detected" (every rank of this
+    // host sees the same; ranks elsewhere then time out in NCCL's init).
+    int devices = 0;
+    if (cuda != nullptr && cuda->get_device_count(&devices) == 0 && devices > 0 &&
+        me.local_size > devices) {
+      throw InvalidUsage("Implementation::kNccl: " + std::to_string(me.local_size) +
+                             " ranks on this host share " + std::to_string(devices) +
+                             " CUDA device(s), and NCCL refuses two ranks on one GPU; use kAuto "
+                             "or kRing (the host-staged path)", ctx);
+    }
   }
   NcclBackendOptions o;
   o.rank = c.task_id;
@@ -163,14 +202,153 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
   o.timeout_seconds = timeout;
   o.init_timeout_seconds = connect_timeout;
   o.context.task = c.task_name();
-  if (c.task_id == 0) {
-    // STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.
-    const char* nccl_debug = std::getenv("NCCL_DEBUG");
-    MWMS_LOG_INFO(kInit, "nccl backend (" << api->name << "), NCCL_DEBUG "
-                                          << (nccl_debug ? nccl_debug : "unset"));
-  }
+  if (c.task_id == 0) log_nccl_debug(*api);
   auto backend = std::make_unique<NcclBackend>(*api, id, o);
   return std::make_unique<DeviceCommunicatorImpl>(std::move(rv.cluster), std::move(backend));
+}
+
+
+// What one rank tells the others for the kAuto choice (Note [device backend choice]).
+struct RankRecord {
+  std::int64_t host_hash = 0;
+  std::int64_t devices = 0;
+  std::int64_t nccl = 0;
+};
+
+// FNV-1a: the same on every rank and build (std::hash need not be).
+std::int64_t hash_of(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
+}
+
+// Empty when every rank can use NCCL, else why not (the first rank that cannot).
+std::string why_not_nccl(const std::vector<RankRecord>& records) {
+  std::map<std::int64_t, int> per_host;
+  for (const RankRecord& r : records) ++per_host[r.host_hash];
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const RankRecord& r = records[i];
+    const std::string rank = "rank " + std::to_string(i);
+    if (r.nccl == 0) return rank + "'s libmwms has no NCCL";
+    if (r.devices <= 0) return rank + " sees no CUDA device";
+    const int sharing = per_host[r.host_hash];
+    if (sharing > r.devices) {
+      return rank + "'s host runs " + std::to_string(sharing) + " ranks on " +
+             std::to_string(r.devices) + " device(s) (NCCL refuses two ranks on one GPU)";
+    }
+  }
+  return "";
+}
+
+std::unique_ptr<Communicator> make_engine(const ResolvedCluster& cluster,
+                                          const CommunicatorOptions& options) {
+  CommunicatorOptions engine = options;
+  engine.implementation = Implementation::kRing;
+  return create_communicator(cluster, engine);
+}
+
+std::unique_ptr<DeviceCommunicator> make_staged(std::unique_ptr<Communicator> engine,
+                                                const CommunicatorOptions& options,
+                                                const CudaApi& cuda) {
+  StagedBackendOptions o;
+  o.local_rank = engine->cluster().local_rank;
+  o.timeout_seconds = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
+  o.context.task = engine->cluster().task_name();
+  ResolvedCluster c = engine->cluster();
+  auto backend = std::make_unique<StagedBackend>(cuda, std::move(engine), o);
+  if (c.task_id == 0) MWMS_LOG_INFO(kInit, "device communicator: " << backend->describe());
+  return std::make_unique<DeviceCommunicatorImpl>(std::move(c), std::move(backend));
+}
+
+// kAuto once NCCL was chosen: rank 0's id (and whether making it failed) over the engine.
+std::unique_ptr<DeviceCommunicator> nccl_over_engine(std::unique_ptr<Communicator> engine,
+                                                     const CommunicatorOptions& options,
+                                                     const NcclApi& api) {
+  ResolvedCluster c = engine->cluster();
+  ErrorContext ctx;
+  ctx.rank = c.task_id;
+  ctx.world_size = c.num_workers;
+  ctx.task = c.task_name();
+  ctx.op = "nccl unique id";
+  ctx.transport = "nccl";
+  NcclUniqueId id;
+  // word 0: ncclGetUniqueId's status on rank 0; words 1..32: the id.
+  std::int32_t words[1 + sizeof(id.bytes) / 4] = {};
+  if (engine->rank() == 0) {
+    words[0] = api.get_unique_id(&id);
+    std::memcpy(&words[1], id.bytes.data(), id.bytes.size());
+  }
+  engine->broadcast(words, sizeof(words) / 4, DataType::kInt32, 0);
+  if (words[0] != kNcclSuccess) {
+    std::rethrow_exception(
+        to_error(api, NativeSource::kNccl, words[0], "ncclGetUniqueId (rank 0)", nullptr, ctx));
+  }
+  std::memcpy(id.bytes.data(), &words[1], id.bytes.size());
+  engine->finalize();  // every rank: a barrier, then the links close in order
+  NcclBackendOptions o;
+  o.rank = c.task_id;
+  o.world_size = std::max(1, c.num_workers);
+  o.local_rank = c.local_rank;
+  o.timeout_seconds = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
+  o.init_timeout_seconds =
+      positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
+  o.context.task = c.task_name();
+  engine.reset();
+  if (c.task_id == 0) log_nccl_debug(api);
+  auto backend = std::make_unique<NcclBackend>(api, id, o);
+  return std::make_unique<DeviceCommunicatorImpl>(std::move(c), std::move(backend));
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedCluster& cluster,
+                                                               const CommunicatorOptions& options,
+                                                               const NcclApi* nccl,
+                                                               const CudaApi* cuda) {
+  switch (options.implementation) {
+    case Implementation::kNccl:
+      if (nccl == nullptr) {
+        throw InvalidUsage("Implementation::kNccl needs a libmwms built with NCCL "
+                           "(MWMS_WITH_CUDA=ON and NCCL found); this build has MWMS_HAVE_NCCL 0");
+      }
+      return create_nccl(cluster, options, nccl, cuda);
+    case Implementation::kRing:
+      if (cuda == nullptr) {
+        throw InvalidUsage("DeviceCommunicator's host-staged path (Implementation::kRing) needs a "
+                           "libmwms built with CUDA (MWMS_WITH_CUDA=ON); this build has "
+                           "MWMS_HAVE_CUDA 0");
+      }
+      return make_staged(make_engine(cluster, options), options, *cuda);
+    case Implementation::kAuto: break;
+  }
+  if (cuda == nullptr) {
+    if (nccl != nullptr) return create_nccl(cluster, options, nccl, cuda);
+    throw InvalidUsage("DeviceCommunicator needs a libmwms built with CUDA (MWMS_WITH_CUDA=ON); "
+                       "this build has MWMS_HAVE_CUDA 0 and MWMS_HAVE_NCCL 0");
+  }
+  // Note [device backend choice].
+  std::unique_ptr<Communicator> engine = make_engine(cluster, options);
+  RankRecord mine;
+  mine.host_hash = hash_of(bootstrap::local_host_id());
+  int devices = 0;
+  mine.devices = cuda->get_device_count(&devices) == 0 ? devices : 0;
+  mine.nccl = nccl != nullptr ? 1 : 0;
+  std::vector<RankRecord> records(static_cast<std::size_t>(engine->world_size()));
+  static_assert(sizeof(RankRecord) == 3 * sizeof(std::int64_t), "RankRecord is 3 int64");
+  engine->all_gather(&mine, records.data(), 3, DataType::kInt64);
+  const std::string why = why_not_nccl(records);
+  if (why.empty()) {
+    if (engine->rank() == 0) {
+      MWMS_LOG_INFO(kInit, "device communicator: nccl (implementation auto: every rank has a "
+                           "device of its own)");
+    }
+    return nccl_over_engine(std::move(engine), options, *nccl);
+  }
+  if (engine->rank() == 0) {
+    MWMS_LOG_INFO(kInit, "device communicator: host-staged for all ranks (implementation auto: "
+                             << why << ")");
+  }
+  return make_staged(std::move(engine), options, *cuda);
 }
 
 }  // namespace collective

@@ -22,8 +22,9 @@ TEST_CASE("the NCCL unique id of rank 0 reaches every rank through the rendezvou
     mwms::CommunicatorOptions o;
     o.connect_timeout_seconds = 20;
     o.timeout_seconds = 10;
+    o.implementation = mwms::Implementation::kNccl;
     auto comm = mwms::collective::create_device_communicator(
-        mwms::resolve_tf_config(tf_config), o, &mwms::testing::fake_nccl_api());
+        mwms::resolve_tf_config(tf_config), o, &mwms::testing::fake_nccl_api(), nullptr);
     REQUIRE(comm->rank() == rank);
     REQUIRE(comm->world_size() == 3);
     REQUIRE(world.comms.size() == 1);

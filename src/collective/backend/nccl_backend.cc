@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "collective/backend/cuda_api.h"
 #include "common/logging.h"
 
 namespace mwms::collective {
@@ -13,21 +14,7 @@ namespace {
 using common::Clock;
 using common::Deadline;
 
-// Polling cadence of every NCCL wait: yield for the first millisecond (a small collective on a
-// GPU completes in tens of microseconds), then sleep 50 us so that a long wait costs no core.
-class Backoff {
- public:
-  void pause() {
-    if (Clock::now() - start_ < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  Clock::time_point start_ = Clock::now();
-};
+using Backoff = PollBackoff;  // device_backend.h
 
 const char* or_empty(const char* s) { return s ? s : ""; }
 
@@ -150,10 +137,7 @@ std::exception_ptr to_error(const NcclApi& api, NativeSource source, int code,
   try {
     ctx.transport = "nccl";
     if (source == NativeSource::kCuda) {
-      return std::make_exception_ptr(
-          BackendError(call + " failed: CUDA error " + std::to_string(code) + " (" +
-                           or_empty(api.cuda_error_string(code)) + ")",
-                       code, ctx));
+      return cuda_error(code, api.cuda_error_string(code), call, ctx);
     }
     std::string text = call + " failed: NCCL error " + std::to_string(code) + " (" +
                        or_empty(api.error_string(code)) + ")";

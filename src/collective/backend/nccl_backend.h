@@ -25,30 +25,13 @@
 #include <mutex>
 #include <string>
 
+#include "collective/backend/device_backend.h"
 #include "collective/backend/nccl_api.h"
 #include "common/socket.h"
 #include "mwms/communicator.h"
 #include "mwms/errors.h"
 
 namespace mwms::collective {
-
-/// Which NCCL collective a DeviceCall is.
-enum class DeviceCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-
-/// One collective on device buffers (NCCL semantics; counts in elements: all-reduce and broadcast
-/// `count`, reduce-scatter the per-rank recv count, all-gather the per-rank send count).
-struct DeviceCall {
-  DeviceCollective kind = DeviceCollective::kAllReduce;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-};
-
-/// "all_reduce", "reduce_scatter", "all_gather", "broadcast".
-const char* to_string(DeviceCollective kind) noexcept;
 
 struct NcclBackendOptions {
   int rank = 0;
@@ -87,7 +70,7 @@ struct NcclShared {
   std::exception_ptr failure();
 };
 
-class NcclBackend {
+class NcclBackend final : public DeviceBackend {
  public:
   /// Selects the device, creates the NCCL communicator for `options.rank` of
   /// `options.world_size` from `id` (non-blocking) and waits until it is ready or
@@ -96,7 +79,7 @@ class NcclBackend {
   NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackendOptions options);
   /// Waits (bounded by each one's deadline) for the collectives still running, then finalizes and
   /// destroys the communicator (bounded by timeout_seconds; aborted past it). Never throws.
-  ~NcclBackend();
+  ~NcclBackend() override;
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
 
@@ -107,17 +90,18 @@ class NcclBackend {
   /// @throws InvalidUsage (poisoned: carries the cause), InvalidArgument
   /// (root out of range, null buffer with count > 0), BackendError/PeerError from NCCL or CUDA,
   /// TimeoutError (NCCL still enqueueing at the deadline).
-  std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls, void* stream);
+  std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls,
+                               void* stream) override;
 
   /// Aborts the NCCL communicator and poisons the backend with `reason`. Never throws.
-  void abort(const std::string& reason) noexcept;
+  void abort(const std::string& reason) noexcept override;
 
   /// The CUDA device this rank uses.
-  int device() const noexcept { return device_; }
+  int device() const noexcept override { return device_; }
   /// Number of launches so far (each a group of calls).
   std::uint64_t seq() const noexcept { return seq_; }
   /// "nccl (device D, world size N)".
-  std::string describe() const;
+  std::string describe() const override;
 
  private:
   ErrorContext context(const char* op, std::int64_t seq) const;

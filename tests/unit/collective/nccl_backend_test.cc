@@ -260,5 +260,25 @@ TEST_CASE("nccl backend: argument checks and the unique id's hex form", "[unit][
 
 TEST_CASE("DeviceCommunicator without NCCL in the build says so", "[unit][nccl]") {
   mwms::ResolvedCluster alone;
-  CHECK_THROWS_AS(mc::create_device_communicator(alone, {}, nullptr), mwms::InvalidUsage);
+  mwms::CommunicatorOptions nccl;
+  nccl.implementation = mwms::Implementation::kNccl;
+  CHECK_THROWS_AS(mc::create_device_communicator(alone, nccl, nullptr, nullptr),
+                  mwms::InvalidUsage);
+  CHECK_THROWS_AS(mc::create_device_communicator(alone, {}, nullptr, nullptr), mwms::InvalidUsage);
+  mwms::CommunicatorOptions ring;
+  ring.implementation = mwms::Implementation::kRing;
+  CHECK_THROWS_AS(mc::create_device_communicator(alone, ring, nullptr, nullptr),
+                  mwms::InvalidUsage);
+}
+
+TEST_CASE("Communicator with Implementation::kNccl points to DeviceCommunicator", "[unit][nccl]") {
+  mwms::ResolvedCluster alone;
+  mwms::CommunicatorOptions o;
+  o.implementation = mwms::Implementation::kNccl;
+  try {
+    mwms::Communicator::create(alone, o);
+    FAIL("created");
+  } catch (const mwms::InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("create a DeviceCommunicator") != std::string::npos);
+  }
 }
