@@ -107,6 +107,37 @@ struct MWMS_API ReplicaContext {
   /// exceptions (as Communicator::broadcast across workers).
   void broadcast_variables(const std::vector<TensorRef>& variables) const;
 
+  /// Overlapped gradient sync of this replica's step (the replica form of the strategy's
+  /// begin_gradient_sync; Note [overlapped replica buckets]): declares this replica's gradient
+  /// tensors in the order backprop makes them final. Collective across the local replicas: each
+  /// calls it with its OWN tensors, the same shapes, dtypes and `op` in the same order; blocks
+  /// until all K have (under timeout_seconds). Then gradient_ready() marks tensors final and
+  /// finish_gradient_sync() ends the step; all three inside the same run() call. A bucket (packed
+  /// as in all_reduce_gradients) is reduced across the K replicas, in local-replica order (the
+  /// same bits whatever the thread timing), by the replica that made it complete on the last of
+  /// them, into local replica 0's tensors, then all-reduced across workers asynchronously as soon
+  /// as every earlier bucket has started. Between begin and finish a replica must not touch a
+  /// tensor it marked ready (replica 0's receive the sums). K = 1: the strategy's own
+  /// begin_gradient_sync on the calling thread.
+  /// @throws InvalidUsage (begin twice; another ReplicaContext collective during the step),
+  ///   InvalidArgument (null data, shapes or op differing from replica 0's), TimeoutError,
+  ///   ReplicaError (another local replica failed).
+  void begin_gradient_sync(const std::vector<TensorRef>& gradients,
+                           ReduceOp op = ReduceOp::kSum) const;
+  /// Tensor `index` of this replica's list is final (idempotent): may reduce its bucket across
+  /// the local replicas on this thread (when this replica completed it last) and start the
+  /// all-reduce of every bucket that can start, without waiting for it. Not collective.
+  /// @throws InvalidUsage (no step begun, index out of range), and as
+  ///   Communicator::all_reduce_async (on the replica that starts a bucket).
+  void gradient_ready(std::size_t index) const;
+  /// Marks this replica's remaining tensors ready, waits until every local replica has arrived
+  /// and every bucket's all-reduce has completed (each wait under its deadline), then every
+  /// replica's tensors hold op over all num_replicas_in_sync replicas' values (kMean divides
+  /// once, after the sum). Collective across the local replicas. @throws InvalidUsage without
+  /// begin; TimeoutError, ReplicaError as begin; a bucket's error (PeerError, TimeoutError, ...)
+  /// on local replica 0, and ReplicaError naming it on the others.
+  void finish_gradient_sync() const;
+
   /// This replica's rows of a global batch of `global_batch_size` rows: the
   /// replica_id_in_sync_group-th of num_replicas_in_sync contiguous parts whose sizes differ by
   /// at most one (the first global_batch_size % num_replicas_in_sync replicas get one more). Does
@@ -204,9 +235,10 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// so every worker starts the same buckets in the same order; finish_gradient_sync() marks what
   /// is left ready and waits for every bucket, then the tensors hold the reduced values.
   /// Between begin and finish the tensors of a started bucket must not be touched. Every worker
-  /// must pass the same list (shapes and dtypes) and `op`. Not thread-safe: one step at a time,
-  /// from one thread. Repeating the same list reuses the bucket plan (nothing allocated once the
-  /// pack buffers have grown). @throws InvalidUsage (begin twice, ready/finish without begin,
+  /// must pass the same list (shapes and dtypes) and `op`. Per worker: with K > 1 local replicas,
+  /// each replica uses ReplicaContext::begin_gradient_sync instead. Not thread-safe: one step at a
+  /// time, from one thread. Repeating the same list reuses the bucket plan (nothing allocated once
+  /// the pack buffers have grown). @throws InvalidUsage (begin twice, ready/finish without begin,
   /// index out of range), InvalidArgument (null data); finish rethrows a bucket's error
   /// (PeerError, TimeoutError, ...) after waiting for every bucket.
   void begin_gradient_sync(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
@@ -255,6 +287,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   void replica_all_reduce(const ReplicaContext& ctx, ReduceOp op,
                           const std::vector<TensorRef>& tensors);
   void replica_broadcast(const ReplicaContext& ctx, const std::vector<TensorRef>& variables);
+  void replica_begin_sync(const ReplicaContext& ctx, const std::vector<TensorRef>& gradients,
+                          ReduceOp op);
+  void replica_gradient_ready(const ReplicaContext& ctx, std::size_t index);
+  void replica_finish_sync(const ReplicaContext& ctx);
+  void drain_replica_sync() noexcept;
+  void check_no_replica_sync(const char* op);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -350,4 +350,27 @@ void LocalReplicas::broadcast(int local_id, const std::vector<TensorRef>& tensor
   collective(local_id, tensors, "ReplicaContext::broadcast_variables", {}, across);
 }
 
+void LocalReplicas::share(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+                          const std::function<void(const std::vector<TensorRef>&)>& across) {
+  collective(local_id, tensors, op, {}, across);
+}
+
+void LocalReplicas::step(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+                         const std::function<void()>& leader) {
+  gather(local_id, &tensors, op);
+  if (local_id == 0) {
+    // No copy and no cross-worker wait follows: leader() is quick, and the others' deadline
+    // covers it as any local wait.
+    try {
+      leader();
+    } catch (...) {
+      std::exception_ptr error = std::current_exception();
+      std::lock_guard<std::mutex> lock(mu_);
+      fail_locked(0, error, what_of(error));
+      throw;
+    }
+  }
+  barrier(local_id, op);
+}
+
 }  // namespace mwms::strategy
