@@ -34,6 +34,7 @@
 #include "mwms/api.h"
 #include "mwms/cluster.h"
 #include "mwms/communicator.h"
+#include "mwms/device_communicator.h"
 #include "mwms/options.h"
 #include "mwms/types.h"
 
@@ -56,12 +57,27 @@ struct MWMS_API Shard {
 
 class MultiWorkerMirroredStrategy;
 
-/// How many local replicas each worker drives (TF: the worker's local devices). Every worker must
-/// use the same value (the strategy checks at construction).
+/// Where local replicas keep their variables and gradients.
+enum class ReplicaDevice {
+  kCpu,  ///< host memory; replica collectives through the reduction kernels and the Communicator
+  kGpu,  ///< one CUDA device per replica; device collectives through NCCL (Note [gpu replicas])
+};
+
+/// How many local replicas each worker drives (TF: the worker's local devices), and where. Every
+/// worker must use the same values (the strategy checks at construction).
 struct MWMS_API ReplicaOptions {
-  /// K, local replicas per worker: K threads on the CPU, each with its own copy of the variables
-  /// and its own gradients. In [1, 64]; 1 (the default) is one replica on the calling thread.
+  /// K, local replicas per worker: K threads, each with its own copy of the variables and its own
+  /// gradients. In [1, 64]; 1 (the default) is one replica on the calling thread.
   int local_replicas = 1;
+  /// kCpu (the default): host tensors. kGpu (TF's MirroredStrategy on GPUs, one process driving
+  /// K GPUs): local replica r of worker w uses CUDA device local_rank x K + r
+  /// (ReplicaContext::device; local_rank from the launcher, 0 for one process per host) and is
+  /// NCCL rank w x K + r of workers x K; the strategy creates the K NCCL communicators at
+  /// construction (one unique id from worker 0 through the strategy's communicator), and the
+  /// ReplicaContext collectives that take a DeviceStream reduce device buffers across every
+  /// replica of every worker in one NCCL group. Host-tensor collectives keep working. Needs a
+  /// build with NCCL and K usable devices per process (NCCL refuses two ranks on one GPU).
+  ReplicaDevice device = ReplicaDevice::kCpu;
 };
 
 /// What a replica function sees (tf.distribute.ReplicaContext), passed by
@@ -84,6 +100,7 @@ struct MWMS_API ReplicaContext {
   int num_replicas_in_sync = 1;      ///< replicas across all workers (workers x K)
   int local_replica_id = 0;          ///< this replica on its worker, in [0, K)
   int num_local_replicas = 1;        ///< K
+  int device = -1;                   ///< ReplicaDevice::kGpu: this replica's CUDA device; else -1
 
   /// Reduces `tensors` in place across all num_replicas_in_sync replicas (ReplicaContext
   /// .all_reduce): afterwards every replica's tensors hold op over every replica's values (kMean:
@@ -100,6 +117,25 @@ struct MWMS_API ReplicaContext {
   ///   ReplicaError (another local replica failed; run() rethrows that replica's own error), and
   ///   as Communicator::all_reduce.
   void all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const;
+
+  /// ReplicaDevice::kGpu: reduces `tensors` in place across all num_replicas_in_sync replicas,
+  /// where each tensor's data is device memory on this replica's device (`device`) and `stream`
+  /// (a cudaStream_t of that device; null: the legacy default stream) orders the work: what the
+  /// stream has enqueued before the call is reduced. Collective across every replica (each with
+  /// its own tensors, the same shapes and op); local replica 0 issues every local replica's NCCL
+  /// calls in one NCCL group (Note [gpu replicas]), and the call returns once the result is in
+  /// every replica's buffers (waited for under timeout_seconds; later work on `stream` may use
+  /// it). kMean divides once by num_replicas_in_sync on the device. Thread safety and
+  /// exceptions as the host all_reduce, plus InvalidUsage (the strategy has kCpu replicas),
+  /// BackendError (NCCL or CUDA failed, with its code), PeerError, TimeoutError (NCCL did not
+  /// complete in time: every local NCCL communicator is aborted, later device calls throw
+  /// InvalidUsage).
+  void all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors, DeviceStream stream) const;
+
+  /// ReplicaDevice::kGpu: overwrites `variables` (device memory of this replica, ordered by
+  /// `stream`) with the chief's local replica 0 value (one NCCL broadcast from NCCL rank 0, every
+  /// replica's in one group). Collective, blocking and throwing as the device all_reduce.
+  void broadcast_variables(const std::vector<TensorRef>& variables, DeviceStream stream) const;
 
   /// Mirrors variables to every replica: overwrites `variables` (this replica's own copy) with
   /// the chief's local replica 0 value (broadcast across workers, then copied to each local
@@ -293,6 +329,9 @@ class MWMS_API MultiWorkerMirroredStrategy {
   void replica_finish_sync(const ReplicaContext& ctx);
   void drain_replica_sync() noexcept;
   void check_no_replica_sync(const char* op);
+  void replica_device_collective(const ReplicaContext& ctx, ReduceOp op,
+                                 const std::vector<TensorRef>& tensors, DeviceStream stream,
+                                 bool broadcast);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -359,16 +359,23 @@ void LocalReplicas::step(int local_id, const std::vector<TensorRef>& tensors, co
                          const std::function<void()>& leader) {
   gather(local_id, &tensors, op);
   if (local_id == 0) {
-    // No copy and no cross-worker wait follows: leader() is quick, and the others' deadline
-    // covers it as any local wait.
+    // leader() may wait on the devices or the network under its own deadlines (a GPU replicas'
+    // NCCL group): the others re-arm theirs meanwhile, as in phase 3 of a collective.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_busy_ = true;
+    }
     try {
       leader();
     } catch (...) {
       std::exception_ptr error = std::current_exception();
       std::lock_guard<std::mutex> lock(mu_);
+      leader_busy_ = false;
       fail_locked(0, error, what_of(error));
       throw;
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_busy_ = false;
   }
   barrier(local_id, op);
 }

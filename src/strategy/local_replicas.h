@@ -66,8 +66,9 @@ class LocalReplicas {
   /// Collective among the K replicas without copies: every replica registers `tensors` (shapes
   /// checked against replica 0's), replica 0 alone runs leader(), then all return together (the
   /// start of an overlapped replica step: replica 0 sets up the shared bucket plan before any
-  /// replica marks a gradient ready). Blocks and throws as all_reduce (whatever leader() throws,
-  /// on replica 0).
+  /// replica marks a gradient ready; a GPU replicas' NCCL group). While leader() runs, the
+  /// others' deadline is re-armed. Blocks and throws as all_reduce (whatever leader() throws, on
+  /// replica 0).
   void step(int local_id, const std::vector<TensorRef>& tensors, const char* op,
             const std::function<void()>& leader);
 

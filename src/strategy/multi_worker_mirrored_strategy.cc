@@ -13,6 +13,7 @@
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/strategy.h"
+#include "strategy/device_replicas.h"
 #include "strategy/local_replicas.h"
 
 namespace mwms {
@@ -64,6 +65,11 @@ struct MultiWorkerMirroredStrategy::Impl {
   std::vector<ReduceOp> replica_op;                       // per replica, its op
   std::vector<std::vector<char>> replica_ready;           // per replica, per tensor
   std::vector<std::vector<std::size_t>> replica_waiting;  // per replica, per bucket
+
+  // GPU replicas (ReplicaDevice::kGpu; Note [gpu replicas]); null for kCpu.
+  std::unique_ptr<strategy::DeviceReplicas> device_replicas;
+  std::vector<const std::vector<TensorRef>*> device_tensors;  // per replica, during a call
+  std::vector<void*> device_streams;                          // per replica, during a call
 
   void plan_sync(const std::vector<TensorRef>& gradients, ReduceOp op, int replicas_per_bucket);
   void launch_ready_buckets();
@@ -172,20 +178,30 @@ namespace {
 
 constexpr int kMaxLocalReplicas = 64;
 
-// Every worker must drive the same K (replica ids and shards are computed from it): one
-// all_gather of each worker's K, so a disagreement names the workers instead of surfacing as a
+// Every worker must drive the same K (replica ids and shards are computed from it) on the same
+// kind of device (GPU replicas create NCCL communicators together): one all_gather of each
+// worker's (K, device), so a disagreement names the workers instead of surfacing as a
 // mismatched collective later.
-void check_same_local_replicas(Communicator& comm, int k) {
+void check_same_local_replicas(Communicator& comm, int k, ReplicaDevice device) {
   if (comm.world_size() == 1) return;
-  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.world_size()));
-  const std::int32_t mine = k;
-  comm.all_gather(&mine, all.data(), 1, DataType::kInt32);
+  std::vector<std::int32_t> all(2 * static_cast<std::size_t>(comm.world_size()));
+  const std::int32_t mine[2] = {k, device == ReplicaDevice::kGpu ? 1 : 0};
+  comm.all_gather(mine, all.data(), 2, DataType::kInt32);
+  const auto name = [](std::int32_t d) { return d == 1 ? "kGpu" : "kCpu"; };
   for (int r = 0; r < comm.world_size(); ++r) {
-    if (all[static_cast<std::size_t>(r)] == mine) continue;
+    const std::int32_t theirs = all[2 * static_cast<std::size_t>(r) + 1];
+    if (theirs != mine[1]) {
+      throw InvalidArgument("ReplicaOptions::device differs between workers: worker " +
+                            std::to_string(comm.rank()) + " has " + name(mine[1]) + ", worker " +
+                            std::to_string(r) + " has " + name(theirs));
+    }
+  }
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (all[2 * static_cast<std::size_t>(r)] == mine[0]) continue;
     throw InvalidArgument("ReplicaOptions::local_replicas differs between workers: worker " +
-                          std::to_string(comm.rank()) + " has " + std::to_string(mine) +
+                          std::to_string(comm.rank()) + " has " + std::to_string(mine[0]) +
                           ", worker " + std::to_string(r) + " has " +
-                          std::to_string(all[static_cast<std::size_t>(r)]) +
+                          std::to_string(all[2 * static_cast<std::size_t>(r)]) +
                           " (every worker must drive the same number of local replicas)");
   }
 }
@@ -207,7 +223,15 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& 
   copts.timeout_seconds = impl_->options.timeout_seconds;
   copts.implementation = impl_->options.implementation;
   impl_->comm = Communicator::create(cluster, copts);
-  check_same_local_replicas(*impl_->comm, impl_->local_replicas);
+  check_same_local_replicas(*impl_->comm, impl_->local_replicas, replicas.device);
+  if (replicas.device == ReplicaDevice::kGpu) {
+    impl_->device_replicas = std::make_unique<strategy::DeviceReplicas>(
+        strategy::replica_nccl_api(), *impl_->comm, impl_->local_replicas,
+        impl_->comm->cluster().local_rank, impl_->options.timeout_seconds,
+        common::env_double("MWMS_CONNECT_TIMEOUT_SECONDS"));
+    impl_->device_tensors.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
+    impl_->device_streams.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
+  }
   if (impl_->local_replicas > 1) {
     ErrorContext ctx;
     ctx.rank = impl_->comm->rank();
@@ -257,6 +281,7 @@ void MultiWorkerMirroredStrategy::run(const std::function<void(const ReplicaCont
     ctx.num_replicas_in_sync = num_replicas_in_sync();
     ctx.local_replica_id = local;
     ctx.num_local_replicas = k;
+    ctx.device = impl_->device_replicas ? impl_->device_replicas->device(local) : -1;
     ctx.strategy_ = this;
     return ctx;
   };
@@ -541,6 +566,60 @@ void MultiWorkerMirroredStrategy::drain_replica_sync() noexcept {
     b.work.reset();
   }
   m.replica_sync = false;
+}
+
+void MultiWorkerMirroredStrategy::replica_device_collective(const ReplicaContext& ctx, ReduceOp op,
+                                                            const std::vector<TensorRef>& tensors,
+                                                            DeviceStream stream, bool broadcast) {
+  const char* name = broadcast ? "ReplicaContext::broadcast_variables (device)"
+                               : "ReplicaContext::all_reduce (device)";
+  Impl& m = *impl_;
+  if (!m.device_replicas) {
+    throw InvalidUsage(std::string(name) +
+                       ": this strategy's replicas are on the CPU (ReplicaOptions::device "
+                       "kCpu); pass host tensors without a DeviceStream, or use kGpu");
+  }
+  check_tensors(tensors, name);
+  check_no_replica_sync(name);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+  // Each replica fills its own slot before the local gather; replica 0 reads them all after it.
+  m.device_tensors[r] = &tensors;
+  m.device_streams[r] = stream.handle;
+  const auto issue = [&] {
+    m.device_replicas->run(m.device_tensors, m.device_streams, op, broadcast);
+  };
+  if (m.replicas) {
+    m.replicas->step(ctx.local_replica_id, tensors, name, issue);
+  } else {
+    issue();
+  }
+  if (broadcast || r != 0) return;
+  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.allreduce_seconds += took;
+  m.exposed_seconds += took;
+}
+
+void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors,
+                                DeviceStream stream) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::all_reduce: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_device_collective(*this, op, tensors, stream, false);
+}
+
+void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables,
+                                         DeviceStream stream) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::broadcast_variables: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
 }
 
 void ReplicaContext::begin_gradient_sync(const std::vector<TensorRef>& gradients,
