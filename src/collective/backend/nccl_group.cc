@@ -246,6 +246,7 @@ NcclReplicaGroup::NcclReplicaGroup(const NcclApi& api, const NcclUniqueId& id,
   check(NativeSource::kNccl, end, "ncclGroupEnd (communicator init)", nullptr, ctx);
   wait_not_in_progress("ncclCommInitRankConfig", common::deadline_after(o.init_timeout_seconds),
                        ctx);
+  if (k > 1) set_device(0, ctx);  // the constructing thread keeps local replica 0's device
   MWMS_LOG_INFO(kInit, "nccl replica group ready: " << describe());
 }
 
@@ -468,7 +469,9 @@ std::shared_ptr<Work> NcclReplicaGroup::launch(const DeviceCall* calls, std::siz
     }
     events[static_cast<std::size_t>(r)] = event;
   }
-  for (int r = 0; r < k; ++r) {
+  // Last to first: the caller returns with local replica 0's device current, as it came in
+  // when it is replica 0's thread (CUDA's current device is per thread).
+  for (int r = k - 1; r >= 0; --r) {
     set_device(r, ctx);
     const int e = api.event_record(events[static_cast<std::size_t>(r)], streams[r]);
     if (e != kCudaSuccess) {

@@ -90,6 +90,7 @@ class NcclReplicaGroup {
   /// with a Work that completes when every replica's calls have completed on its device (K CUDA
   /// events). kMean is summed, then divided by world_size on each device. Broadcast roots are
   /// NCCL ranks. More than 2048 NCCL calls (NCCL's group limit) go in several groups, in order.
+  /// Returns with local replica 0's device current on the calling thread (as the constructor).
   /// @throws InvalidUsage (poisoned: carries the cause), InvalidArgument (root out of range,
   ///   null buffer with count > 0), BackendError/PeerError from NCCL or CUDA, TimeoutError (NCCL
   ///   still enqueueing at the deadline).
