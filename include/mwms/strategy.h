@@ -15,7 +15,12 @@
 /// replica with its own tensors, reduces across all workers x K replicas (locally through the
 /// reduction kernels into replica 0's tensors, once across workers, then copied back), so every
 /// replica applies the same update to its copy. K = 1 (the default) runs fn on the calling thread
-/// and reduces in place: no thread and no copy.
+/// and reduces in place: no thread and no copy. The overlapped step (ReplicaContext::
+/// begin_gradient_sync / gradient_ready / finish_gradient_sync) works with K > 1 too: each bucket
+/// is reduced across the local replicas as soon as all K produced it, then all-reduced across
+/// workers while backprop continues. With ReplicaOptions::device = kGpu each replica drives a GPU
+/// and is an NCCL rank of its own; its device buffers go through the ReplicaContext collectives
+/// that take a DeviceStream (Note [gpu replicas]).
 ///
 /// Equivalence contract (TF's): with per-replica gradients computed as sum(loss_i) /
 /// global_batch_size over the replica's shard (tf.nn.compute_average_loss) and
