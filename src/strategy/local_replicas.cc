@@ -18,7 +18,11 @@
 // failure anywhere (a body's exception, a collective's error, a timeout, a replica that returned
 // from its body while others wait for it) is recorded once, as the root, and wakes every waiter,
 // which throws ReplicaError naming the failed replica; run() rethrows the root after every body
-// has returned, so nothing hangs and the caller sees the original error.
+// has returned, so nothing hangs and the caller sees the original error. Two shorter forms reuse
+// the phases: share() is phases 1, 3, 4, 5 under another name (the end of an overlapped step,
+// Note [overlapped replica buckets]), step() is phase 1, then replica 0's leader() alone (the
+// others' deadline re-armed, as in phase 3), then a barrier (the start of an overlapped step;
+// the GPU replicas' NCCL group, Note [gpu replicas]): no copies.
 #include "strategy/local_replicas.h"
 
 #include <algorithm>

@@ -1,6 +1,8 @@
-// MultiWorkerMirroredStrategy on the CPU: K local replicas per worker (Note [local replicas] in
+// MultiWorkerMirroredStrategy: K local replicas per worker (Note [local replicas] in
 // local_replicas.cc; K = 1 runs on the calling thread), gradients packed into buckets of
-// bytes_per_pack and all-reduced through the Communicator. The strategy never touches sockets.
+// bytes_per_pack and all-reduced through the Communicator, blocking or overlapped with backprop
+// (Note [overlapped buckets], Note [overlapped replica buckets]); GPU replicas' device buffers
+// through NCCL (Note [gpu replicas] in device_replicas.cc). The strategy never touches sockets.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
