@@ -209,7 +209,7 @@ TEST_CASE("nccl replica group: an init that never completes times out and aborts
   CHECK_THROWS_AS(mc::NcclReplicaGroup(fake_nccl_api(), id, bad), mwms::InvalidArgument);
 }
 
-TEST_CASE("nccl replica group: a failing NCCL call names the replica; an invalid argument leaves "
+TEST_CASE("nccl replica group: a failing NCCL call names the replica, an invalid argument leaves "
           "the group usable", "[unit][nccl]") {
   FakeNcclWorld::get().reset();
   FakeNcclWorld::get().init_polls = 0;

@@ -136,7 +136,7 @@ TEST_CASE("GPU replicas over the fake NCCL: K communicators, devices, and the sa
   }
 }
 
-TEST_CASE("GPU replicas over the fake NCCL: a failing replica fails its siblings; misuse",
+TEST_CASE("GPU replicas over the fake NCCL: a failing replica fails its siblings, and misuse",
           "[unit][strategy][nccl]") {
   FakeNcclScope fake;
   auto strategy = make(3, mwms::ReplicaDevice::kGpu, 60);
