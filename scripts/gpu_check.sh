@@ -122,6 +122,21 @@ else
   say "== FAIL $bin/mwms_gpu_staged_check or $bin/mwmsrun missing"
   failed=1
 fi
+# --- step: replicas ---
+# The strategy's GPU replicas (Note [gpu replicas]): gpu:replicas, K = 1 GPU replica (one NCCL rank
+# made through the grouped init from our unique id) trains a small model bit for bit where one CPU
+# replica does, kMean divided on the device; K = 2 only where there are 2+ GPUs. Limits: 150 s to
+# build the test when the build above has not (one test file and a link), 120 s to run it (a few
+# seconds on one GPU, most of it NCCL's init).
+if [[ ! -x $bin/mwms_gpu_replicas_tests ]]; then
+  step replicas-build 150 cmake --build "$build" -j "$(nproc)" --target mwms_gpu_replicas_tests
+fi
+if [[ -x $bin/mwms_gpu_replicas_tests ]]; then
+  step gpu-replicas 120 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_replicas_tests"
+else
+  say "== FAIL gpu-replicas: $bin/mwms_gpu_replicas_tests missing"
+  failed=1
+fi
 
 if [[ $failed -eq 0 ]]; then say "gpu_check: all steps passed"; else say "gpu_check: FAILED"; fi
 exit $failed

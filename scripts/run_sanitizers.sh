@@ -19,7 +19,7 @@ for kind in "${kinds[@]}"; do
     asan) san=address,undefined; flags=-fno-sanitize-recover=undefined
           select=(-L "unit|tcp" -LE "netns") ;;
     tsan) san=thread; flags=""
-          select=(-R "Work|async|finalize|overlap|threaded ranks|progress thread|poisoned|compression|TRACE_FILE|heartbeat|stall warning|flight recorder|local replica") ;;
+          select=(-R "Work|async|finalize|overlap|threaded ranks|progress thread|poisoned|compression|TRACE_FILE|heartbeat|stall warning|flight recorder|local replica|GPU replicas|nccl replica group") ;;
     *) echo "run_sanitizers.sh: unknown kind $kind (asan, tsan)" >&2; exit 2 ;;
   esac
   dir=build-$kind

@@ -134,11 +134,6 @@ int parse_flags(int argc, char** argv, Flags& f) {
               << std::endl;
     return 1;
   }
-  if (f.train.overlap_blocks > 0 && f.local_replicas > 1) {
-    std::cerr << "train: error: --overlap_blocks needs --local_replicas 1 (the overlapped "
-                 "gradient sync is per worker)" << std::endl;
-    return 1;
-  }
   if (f.train.overlap_blocks > 1 && f.train.model == "cnn") {
     std::cerr << "train: error: --overlap_blocks above 1 splits the MLP's dense_1; with --model "
                  "cnn use 0 or 1" << std::endl;

@@ -15,7 +15,12 @@
 /// replica with its own tensors, reduces across all workers x K replicas (locally through the
 /// reduction kernels into replica 0's tensors, once across workers, then copied back), so every
 /// replica applies the same update to its copy. K = 1 (the default) runs fn on the calling thread
-/// and reduces in place: no thread and no copy.
+/// and reduces in place: no thread and no copy. The overlapped step (ReplicaContext::
+/// begin_gradient_sync / gradient_ready / finish_gradient_sync) works with K > 1 too: each bucket
+/// is reduced across the local replicas as soon as all K produced it, then all-reduced across
+/// workers while backprop continues. With ReplicaOptions::device = kGpu each replica drives a GPU
+/// and is an NCCL rank of its own; its device buffers go through the ReplicaContext collectives
+/// that take a DeviceStream (Note [gpu replicas]).
 ///
 /// Equivalence contract (TF's): with per-replica gradients computed as sum(loss_i) /
 /// global_batch_size over the replica's shard (tf.nn.compute_average_loss) and
@@ -34,6 +39,7 @@
 #include "mwms/api.h"
 #include "mwms/cluster.h"
 #include "mwms/communicator.h"
+#include "mwms/device_communicator.h"
 #include "mwms/options.h"
 #include "mwms/types.h"
 
@@ -56,12 +62,27 @@ struct MWMS_API Shard {
 
 class MultiWorkerMirroredStrategy;
 
-/// How many local replicas each worker drives (TF: the worker's local devices). Every worker must
-/// use the same value (the strategy checks at construction).
+/// Where local replicas keep their variables and gradients.
+enum class ReplicaDevice {
+  kCpu,  ///< host memory; replica collectives through the reduction kernels and the Communicator
+  kGpu,  ///< one CUDA device per replica; device collectives through NCCL (Note [gpu replicas])
+};
+
+/// How many local replicas each worker drives (TF: the worker's local devices), and where. Every
+/// worker must use the same values (the strategy checks at construction).
 struct MWMS_API ReplicaOptions {
-  /// K, local replicas per worker: K threads on the CPU, each with its own copy of the variables
-  /// and its own gradients. In [1, 64]; 1 (the default) is one replica on the calling thread.
+  /// K, local replicas per worker: K threads, each with its own copy of the variables and its own
+  /// gradients. In [1, 64]; 1 (the default) is one replica on the calling thread.
   int local_replicas = 1;
+  /// kCpu (the default): host tensors. kGpu (TF's MirroredStrategy on GPUs, one process driving
+  /// K GPUs): local replica r of worker w uses CUDA device local_rank x K + r
+  /// (ReplicaContext::device; local_rank from the launcher, 0 for one process per host) and is
+  /// NCCL rank w x K + r of workers x K; the strategy creates the K NCCL communicators at
+  /// construction (one unique id from worker 0 through the strategy's communicator), and the
+  /// ReplicaContext collectives that take a DeviceStream reduce device buffers across every
+  /// replica of every worker in one NCCL group. Host-tensor collectives keep working. Needs a
+  /// build with NCCL and K usable devices per process (NCCL refuses two ranks on one GPU).
+  ReplicaDevice device = ReplicaDevice::kCpu;
 };
 
 /// What a replica function sees (tf.distribute.ReplicaContext), passed by
@@ -84,6 +105,7 @@ struct MWMS_API ReplicaContext {
   int num_replicas_in_sync = 1;      ///< replicas across all workers (workers x K)
   int local_replica_id = 0;          ///< this replica on its worker, in [0, K)
   int num_local_replicas = 1;        ///< K
+  int device = -1;                   ///< ReplicaDevice::kGpu: this replica's CUDA device; else -1
 
   /// Reduces `tensors` in place across all num_replicas_in_sync replicas (ReplicaContext
   /// .all_reduce): afterwards every replica's tensors hold op over every replica's values (kMean:
@@ -101,11 +123,61 @@ struct MWMS_API ReplicaContext {
   ///   as Communicator::all_reduce.
   void all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const;
 
+  /// ReplicaDevice::kGpu: reduces `tensors` in place across all num_replicas_in_sync replicas,
+  /// where each tensor's data is device memory on this replica's device (`device`) and `stream`
+  /// (a cudaStream_t of that device; null: the legacy default stream) orders the work: what the
+  /// stream has enqueued before the call is reduced. Collective across every replica (each with
+  /// its own tensors, the same shapes and op); local replica 0 issues every local replica's NCCL
+  /// calls in one NCCL group (Note [gpu replicas]), and the call returns once the result is in
+  /// every replica's buffers (waited for under timeout_seconds; later work on `stream` may use
+  /// it). kMean divides once by num_replicas_in_sync on the device. Thread safety and
+  /// exceptions as the host all_reduce, plus InvalidUsage (the strategy has kCpu replicas),
+  /// BackendError (NCCL or CUDA failed, with its code), PeerError, TimeoutError (NCCL did not
+  /// complete in time: every local NCCL communicator is aborted, later device calls throw
+  /// InvalidUsage).
+  void all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors, DeviceStream stream) const;
+
+  /// ReplicaDevice::kGpu: overwrites `variables` (device memory of this replica, ordered by
+  /// `stream`) with the chief's local replica 0 value (one NCCL broadcast from NCCL rank 0, every
+  /// replica's in one group). Collective, blocking and throwing as the device all_reduce.
+  void broadcast_variables(const std::vector<TensorRef>& variables, DeviceStream stream) const;
+
   /// Mirrors variables to every replica: overwrites `variables` (this replica's own copy) with
   /// the chief's local replica 0 value (broadcast across workers, then copied to each local
   /// replica). Collective across every replica as all_reduce is; same blocking, deadlines and
   /// exceptions (as Communicator::broadcast across workers).
   void broadcast_variables(const std::vector<TensorRef>& variables) const;
+
+  /// Overlapped gradient sync of this replica's step (the replica form of the strategy's
+  /// begin_gradient_sync; Note [overlapped replica buckets]): declares this replica's gradient
+  /// tensors in the order backprop makes them final. Collective across the local replicas: each
+  /// calls it with its OWN tensors, the same shapes, dtypes and `op` in the same order; blocks
+  /// until all K have (under timeout_seconds). Then gradient_ready() marks tensors final and
+  /// finish_gradient_sync() ends the step; all three inside the same run() call. A bucket (packed
+  /// as in all_reduce_gradients) is reduced across the K replicas, in local-replica order (the
+  /// same bits whatever the thread timing), by the replica that made it complete on the last of
+  /// them, into local replica 0's tensors, then all-reduced across workers asynchronously as soon
+  /// as every earlier bucket has started. Between begin and finish a replica must not touch a
+  /// tensor it marked ready (replica 0's receive the sums). K = 1: the strategy's own
+  /// begin_gradient_sync on the calling thread.
+  /// @throws InvalidUsage (begin twice; another ReplicaContext collective during the step),
+  ///   InvalidArgument (null data, shapes or op differing from replica 0's), TimeoutError,
+  ///   ReplicaError (another local replica failed).
+  void begin_gradient_sync(const std::vector<TensorRef>& gradients,
+                           ReduceOp op = ReduceOp::kSum) const;
+  /// Tensor `index` of this replica's list is final (idempotent): may reduce its bucket across
+  /// the local replicas on this thread (when this replica completed it last) and start the
+  /// all-reduce of every bucket that can start, without waiting for it. Not collective.
+  /// @throws InvalidUsage (no step begun, index out of range), and as
+  ///   Communicator::all_reduce_async (on the replica that starts a bucket).
+  void gradient_ready(std::size_t index) const;
+  /// Marks this replica's remaining tensors ready, waits until every local replica has arrived
+  /// and every bucket's all-reduce has completed (each wait under its deadline), then every
+  /// replica's tensors hold op over all num_replicas_in_sync replicas' values (kMean divides
+  /// once, after the sum). Collective across the local replicas. @throws InvalidUsage without
+  /// begin; TimeoutError, ReplicaError as begin; a bucket's error (PeerError, TimeoutError, ...)
+  /// on local replica 0, and ReplicaError naming it on the others.
+  void finish_gradient_sync() const;
 
   /// This replica's rows of a global batch of `global_batch_size` rows: the
   /// replica_id_in_sync_group-th of num_replicas_in_sync contiguous parts whose sizes differ by
@@ -204,9 +276,10 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// so every worker starts the same buckets in the same order; finish_gradient_sync() marks what
   /// is left ready and waits for every bucket, then the tensors hold the reduced values.
   /// Between begin and finish the tensors of a started bucket must not be touched. Every worker
-  /// must pass the same list (shapes and dtypes) and `op`. Not thread-safe: one step at a time,
-  /// from one thread. Repeating the same list reuses the bucket plan (nothing allocated once the
-  /// pack buffers have grown). @throws InvalidUsage (begin twice, ready/finish without begin,
+  /// must pass the same list (shapes and dtypes) and `op`. Per worker: with K > 1 local replicas,
+  /// each replica uses ReplicaContext::begin_gradient_sync instead. Not thread-safe: one step at a
+  /// time, from one thread. Repeating the same list reuses the bucket plan (nothing allocated once
+  /// the pack buffers have grown). @throws InvalidUsage (begin twice, ready/finish without begin,
   /// index out of range), InvalidArgument (null data); finish rethrows a bucket's error
   /// (PeerError, TimeoutError, ...) after waiting for every bucket.
   void begin_gradient_sync(const std::vector<TensorRef>& gradients, ReduceOp op = ReduceOp::kSum);
@@ -255,6 +328,15 @@ class MWMS_API MultiWorkerMirroredStrategy {
   void replica_all_reduce(const ReplicaContext& ctx, ReduceOp op,
                           const std::vector<TensorRef>& tensors);
   void replica_broadcast(const ReplicaContext& ctx, const std::vector<TensorRef>& variables);
+  void replica_begin_sync(const ReplicaContext& ctx, const std::vector<TensorRef>& gradients,
+                          ReduceOp op);
+  void replica_gradient_ready(const ReplicaContext& ctx, std::size_t index);
+  void replica_finish_sync(const ReplicaContext& ctx);
+  void drain_replica_sync() noexcept;
+  void check_no_replica_sync(const char* op);
+  void replica_device_collective(const ReplicaContext& ctx, ReduceOp op,
+                                 const std::vector<TensorRef>& tensors, DeviceStream stream,
+                                 bool broadcast);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

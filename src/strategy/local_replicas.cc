@@ -18,7 +18,11 @@
 // failure anywhere (a body's exception, a collective's error, a timeout, a replica that returned
 // from its body while others wait for it) is recorded once, as the root, and wakes every waiter,
 // which throws ReplicaError naming the failed replica; run() rethrows the root after every body
-// has returned, so nothing hangs and the caller sees the original error.
+// has returned, so nothing hangs and the caller sees the original error. Two shorter forms reuse
+// the phases: share() is phases 1, 3, 4, 5 under another name (the end of an overlapped step,
+// Note [overlapped replica buckets]), step() is phase 1, then replica 0's leader() alone (the
+// others' deadline re-armed, as in phase 3), then a barrier (the start of an overlapped step;
+// the GPU replicas' NCCL group, Note [gpu replicas]): no copies.
 #include "strategy/local_replicas.h"
 
 #include <algorithm>
@@ -348,6 +352,36 @@ void LocalReplicas::all_reduce(int local_id, const std::vector<TensorRef>& tenso
 void LocalReplicas::broadcast(int local_id, const std::vector<TensorRef>& tensors,
                               const std::function<void(const std::vector<TensorRef>&)>& across) {
   collective(local_id, tensors, "ReplicaContext::broadcast_variables", {}, across);
+}
+
+void LocalReplicas::share(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+                          const std::function<void(const std::vector<TensorRef>&)>& across) {
+  collective(local_id, tensors, op, {}, across);
+}
+
+void LocalReplicas::step(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+                         const std::function<void()>& leader) {
+  gather(local_id, &tensors, op);
+  if (local_id == 0) {
+    // leader() may wait on the devices or the network under its own deadlines (a GPU replicas'
+    // NCCL group): the others re-arm theirs meanwhile, as in phase 3 of a collective.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_busy_ = true;
+    }
+    try {
+      leader();
+    } catch (...) {
+      std::exception_ptr error = std::current_exception();
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_busy_ = false;
+      fail_locked(0, error, what_of(error));
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_busy_ = false;
+  }
+  barrier(local_id, op);
 }
 
 }  // namespace mwms::strategy

@@ -58,6 +58,20 @@ class LocalReplicas {
   void broadcast(int local_id, const std::vector<TensorRef>& tensors,
                  const std::function<void(const std::vector<TensorRef>&)>& across);
 
+  /// As broadcast, with `op` naming the collective in errors (the end of an overlapped replica
+  /// step: across() waits for the buckets, then every replica copies replica 0's result).
+  void share(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+             const std::function<void(const std::vector<TensorRef>&)>& across);
+
+  /// Collective among the K replicas without copies: every replica registers `tensors` (shapes
+  /// checked against replica 0's), replica 0 alone runs leader(), then all return together (the
+  /// start of an overlapped replica step: replica 0 sets up the shared bucket plan before any
+  /// replica marks a gradient ready; a GPU replicas' NCCL group). While leader() runs, the
+  /// others' deadline is re-armed. Blocks and throws as all_reduce (whatever leader() throws, on
+  /// replica 0).
+  void step(int local_id, const std::vector<TensorRef>& tensors, const char* op,
+            const std::function<void()>& leader);
+
  private:
   void thread_main(int local_id);
   void run_body(int local_id);

@@ -1,9 +1,13 @@
-// MultiWorkerMirroredStrategy on the CPU: K local replicas per worker (Note [local replicas] in
+// MultiWorkerMirroredStrategy: K local replicas per worker (Note [local replicas] in
 // local_replicas.cc; K = 1 runs on the calling thread), gradients packed into buckets of
-// bytes_per_pack and all-reduced through the Communicator. The strategy never touches sockets.
+// bytes_per_pack and all-reduced through the Communicator, blocking or overlapped with backprop
+// (Note [overlapped buckets], Note [overlapped replica buckets]); GPU replicas' device buffers
+// through NCCL (Note [gpu replicas] in device_replicas.cc). The strategy never touches sockets.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 
 #include "common/env.h"
@@ -11,6 +15,7 @@
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/strategy.h"
+#include "strategy/device_replicas.h"
 #include "strategy/local_replicas.h"
 
 namespace mwms {
@@ -23,7 +28,9 @@ struct SyncBucket {
   DataType wire = DataType::kFloat32;  // on the wire (wire_type)
   bool in_place = true;      // reduced where the tensors lie; otherwise through `pack`
   std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
-  std::size_t waiting = 0;   // tensors not ready yet
+  std::size_t waiting = 0;   // tensors not ready yet (K = 1)
+  int replicas_left = 0;     // K > 1: local replicas that have not made all its tensors ready
+  bool reduced = false;      // ready to start: complete (K = 1) or reduced across the replicas
   std::shared_ptr<Work> work;
 };
 
@@ -50,6 +57,24 @@ struct MultiWorkerMirroredStrategy::Impl {
   int local_replicas = 1;
   std::unique_ptr<strategy::LocalReplicas> replicas;
   bool in_run = false;  // K = 1: run() is active
+
+  // Overlapped step of K > 1 local replicas (Note [overlapped replica buckets]): the bucket plan
+  // above (buckets, bucket_of, next_launch, ...) is shared, built from replica 0's list.
+  std::mutex replica_mu;      // the fields below, bucket state, and every launch (the communicator)
+  bool replica_sync = false;  // between begin and finish
+  bool replica_mean = false;  // kMean: divide in finish
+  std::vector<std::vector<TensorRef>> replica_tensors;    // per replica, its list
+  std::vector<ReduceOp> replica_op;                       // per replica, its op
+  std::vector<std::vector<char>> replica_ready;           // per replica, per tensor
+  std::vector<std::vector<std::size_t>> replica_waiting;  // per replica, per bucket
+
+  // GPU replicas (ReplicaDevice::kGpu; Note [gpu replicas]); null for kCpu.
+  std::unique_ptr<strategy::DeviceReplicas> device_replicas;
+  std::vector<const std::vector<TensorRef>*> device_tensors;  // per replica, during a call
+  std::vector<void*> device_streams;                          // per replica, during a call
+
+  void plan_sync(const std::vector<TensorRef>& gradients, ReduceOp op, int replicas_per_bucket);
+  void launch_ready_buckets();
 };
 
 namespace {
@@ -155,20 +180,30 @@ namespace {
 
 constexpr int kMaxLocalReplicas = 64;
 
-// Every worker must drive the same K (replica ids and shards are computed from it): one
-// all_gather of each worker's K, so a disagreement names the workers instead of surfacing as a
+// Every worker must drive the same K (replica ids and shards are computed from it) on the same
+// kind of device (GPU replicas create NCCL communicators together): one all_gather of each
+// worker's (K, device), so a disagreement names the workers instead of surfacing as a
 // mismatched collective later.
-void check_same_local_replicas(Communicator& comm, int k) {
+void check_same_local_replicas(Communicator& comm, int k, ReplicaDevice device) {
   if (comm.world_size() == 1) return;
-  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.world_size()));
-  const std::int32_t mine = k;
-  comm.all_gather(&mine, all.data(), 1, DataType::kInt32);
+  std::vector<std::int32_t> all(2 * static_cast<std::size_t>(comm.world_size()));
+  const std::int32_t mine[2] = {k, device == ReplicaDevice::kGpu ? 1 : 0};
+  comm.all_gather(mine, all.data(), 2, DataType::kInt32);
+  const auto name = [](std::int32_t d) { return d == 1 ? "kGpu" : "kCpu"; };
   for (int r = 0; r < comm.world_size(); ++r) {
-    if (all[static_cast<std::size_t>(r)] == mine) continue;
+    const std::int32_t theirs = all[2 * static_cast<std::size_t>(r) + 1];
+    if (theirs != mine[1]) {
+      throw InvalidArgument("ReplicaOptions::device differs between workers: worker " +
+                            std::to_string(comm.rank()) + " has " + name(mine[1]) + ", worker " +
+                            std::to_string(r) + " has " + name(theirs));
+    }
+  }
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (all[2 * static_cast<std::size_t>(r)] == mine[0]) continue;
     throw InvalidArgument("ReplicaOptions::local_replicas differs between workers: worker " +
-                          std::to_string(comm.rank()) + " has " + std::to_string(mine) +
+                          std::to_string(comm.rank()) + " has " + std::to_string(mine[0]) +
                           ", worker " + std::to_string(r) + " has " +
-                          std::to_string(all[static_cast<std::size_t>(r)]) +
+                          std::to_string(all[2 * static_cast<std::size_t>(r)]) +
                           " (every worker must drive the same number of local replicas)");
   }
 }
@@ -190,7 +225,15 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& 
   copts.timeout_seconds = impl_->options.timeout_seconds;
   copts.implementation = impl_->options.implementation;
   impl_->comm = Communicator::create(cluster, copts);
-  check_same_local_replicas(*impl_->comm, impl_->local_replicas);
+  check_same_local_replicas(*impl_->comm, impl_->local_replicas, replicas.device);
+  if (replicas.device == ReplicaDevice::kGpu) {
+    impl_->device_replicas = std::make_unique<strategy::DeviceReplicas>(
+        strategy::replica_nccl_api(), *impl_->comm, impl_->local_replicas,
+        impl_->comm->cluster().local_rank, impl_->options.timeout_seconds,
+        common::env_double("MWMS_CONNECT_TIMEOUT_SECONDS"));
+    impl_->device_tensors.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
+    impl_->device_streams.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
+  }
   if (impl_->local_replicas > 1) {
     ErrorContext ctx;
     ctx.rank = impl_->comm->rank();
@@ -240,11 +283,29 @@ void MultiWorkerMirroredStrategy::run(const std::function<void(const ReplicaCont
     ctx.num_replicas_in_sync = num_replicas_in_sync();
     ctx.local_replica_id = local;
     ctx.num_local_replicas = k;
+    ctx.device = impl_->device_replicas ? impl_->device_replicas->device(local) : -1;
     ctx.strategy_ = this;
     return ctx;
   };
   if (impl_->replicas) {
-    impl_->replicas->run([&](int local) { fn(context(local)); });
+    try {
+      impl_->replicas->run([&](int local) { fn(context(local)); });
+    } catch (...) {
+      drain_replica_sync();  // the started buckets' buffers are the replicas' tensors
+      throw;
+    }
+    bool unfinished = false;
+    {
+      std::lock_guard<std::mutex> lock(impl_->replica_mu);
+      unfinished = impl_->replica_sync;
+    }
+    if (unfinished) {
+      drain_replica_sync();
+      throw InvalidUsage(
+          "MultiWorkerMirroredStrategy::run: the replica functions returned between "
+          "ReplicaContext::begin_gradient_sync and finish_gradient_sync; every replica must "
+          "finish its overlapped step inside the same run()");
+    }
     return;
   }
   // K = 1: on this thread, as before local replicas existed.
@@ -267,6 +328,7 @@ void MultiWorkerMirroredStrategy::replica_all_reduce(const ReplicaContext& ctx, 
     return;
   }
   check_tensors(tensors, "ReplicaContext::all_reduce");
+  check_no_replica_sync("ReplicaContext::all_reduce");
   const auto start = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   const int replicas = num_replicas_in_sync();
@@ -298,9 +360,296 @@ void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
     return;
   }
   check_tensors(variables, "ReplicaContext::broadcast_variables");
+  check_no_replica_sync("ReplicaContext::broadcast_variables");
   impl_->replicas->broadcast(
       ctx.local_replica_id, variables,
       [&](const std::vector<TensorRef>& mine) { broadcast_variables(mine); });
+}
+
+// Note [overlapped replica buckets]: the overlapped step of K > 1 local replicas
+// (ReplicaContext::begin_gradient_sync / gradient_ready / finish_gradient_sync) is the
+// per-worker overlapped step of Note [overlapped buckets] with a local reduction in front:
+//   - begin is a local collective (LocalReplicas::step): every replica registers its list (a
+//     copy, kept by the strategy for the step), replica 0 checks the ops and builds the bucket
+//     plan from its own list (the plan the strategy's begin_gradient_sync would build);
+//   - each replica counts, per bucket, its tensors not ready yet; the replica whose
+//     gradient_ready completes a bucket on the LAST of the K replicas (a shared per-bucket
+//     count, under replica_mu) reduces that bucket alone, on its own thread, into replica 0's
+//     tensors in replica order (element i is ((t0 op t1) op t2) ...: the bits of the
+//     non-overlapped ReplicaContext::all_reduce, whichever thread does it and whenever), then,
+//     under replica_mu, marks it reduced and starts every reduced bucket whose predecessors have
+//     started, so buckets start in list order on every worker and the communicator is called by
+//     one thread at a time; the all-reduces run on the communicator's progress thread while the
+//     replicas' backprop goes on;
+//   - finish marks the replica's remaining tensors ready, then a local collective
+//     (LocalReplicas::share): replica 0 waits for every bucket (the communicator's deadline;
+//     the other replicas' local deadline is re-armed meanwhile), unpacks, divides for kMean (the
+//     local and cross-worker steps sum; one division by num_replicas_in_sync, as the
+//     non-overlapped path), and the others copy replica 0's result into their own tensors.
+// A replica that fails mid-step leaves buckets that will never complete locally: its siblings
+// fail in their next local wait (ReplicaError naming it), and run() waits for the buckets that
+// did start (drain_replica_sync: their buffers are the replicas' tensors) before it rethrows.
+void MultiWorkerMirroredStrategy::check_no_replica_sync(const char* op) {
+  std::lock_guard<std::mutex> lock(impl_->replica_mu);
+  if (impl_->replica_sync) {
+    throw InvalidUsage(std::string(op) +
+                       " called between ReplicaContext::begin_gradient_sync and "
+                       "finish_gradient_sync: finish the overlapped step first");
+  }
+}
+
+void MultiWorkerMirroredStrategy::replica_begin_sync(const ReplicaContext& ctx,
+                                                     const std::vector<TensorRef>& gradients,
+                                                     ReduceOp op) {
+  if (!impl_->replicas) {
+    begin_gradient_sync(gradients, op);
+    return;
+  }
+  Impl& m = *impl_;
+  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+  check_tensors(gradients, "ReplicaContext::begin_gradient_sync");
+  {
+    std::lock_guard<std::mutex> lock(m.replica_mu);
+    if (m.replica_sync) {
+      throw InvalidUsage("ReplicaContext::begin_gradient_sync called again by local replica " +
+                         std::to_string(r) + " before finish_gradient_sync");
+    }
+    if (m.replica_tensors.size() != static_cast<std::size_t>(m.local_replicas)) {
+      m.replica_tensors.resize(static_cast<std::size_t>(m.local_replicas));
+      m.replica_op.resize(static_cast<std::size_t>(m.local_replicas));
+      m.replica_ready.resize(static_cast<std::size_t>(m.local_replicas));
+      m.replica_waiting.resize(static_cast<std::size_t>(m.local_replicas));
+    }
+    // Capacity reused from the previous step: nothing allocated once grown.
+    m.replica_tensors[r].assign(gradients.begin(), gradients.end());
+    m.replica_op[r] = op;
+  }
+  m.replicas->step(ctx.local_replica_id, gradients, "ReplicaContext::begin_gradient_sync", [&] {
+    // Replica 0, once every replica has registered its list (shapes checked).
+    std::lock_guard<std::mutex> lock(m.replica_mu);
+    if (m.sync_active) {
+      throw InvalidUsage(
+          "ReplicaContext::begin_gradient_sync called while the strategy's own "
+          "begin_gradient_sync step is active");
+    }
+    for (std::size_t j = 1; j < m.replica_op.size(); ++j) {
+      if (m.replica_op[j] != m.replica_op[0]) {
+        throw InvalidArgument(
+            "ReplicaContext::begin_gradient_sync: local replica " + std::to_string(j) +
+            " passed op " + std::string(to_string(m.replica_op[j])) + ", local replica 0 passed " +
+            std::string(to_string(m.replica_op[0])));
+      }
+    }
+    m.replica_mean = op == ReduceOp::kMean;
+    m.plan_sync(m.replica_tensors[0], m.replica_mean ? ReduceOp::kSum : op, m.local_replicas);
+    for (std::size_t j = 0; j < m.replica_tensors.size(); ++j) {
+      m.replica_ready[j].assign(gradients.size(), 0);
+      m.replica_waiting[j].resize(m.buckets.size());
+      for (std::size_t b = 0; b < m.buckets.size(); ++b)
+        m.replica_waiting[j][b] = m.buckets[b].last - m.buckets[b].first;
+    }
+    m.replica_sync = true;
+  });
+}
+
+void MultiWorkerMirroredStrategy::replica_gradient_ready(const ReplicaContext& ctx,
+                                                         std::size_t index) {
+  if (!impl_->replicas) {
+    gradient_ready(index);
+    return;
+  }
+  Impl& m = *impl_;
+  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+  std::size_t bucket = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.replica_mu);
+    if (!m.replica_sync) {
+      throw InvalidUsage("ReplicaContext::gradient_ready called by local replica " +
+                         std::to_string(r) + " without begin_gradient_sync");
+    }
+    if (index >= m.replica_tensors[r].size()) {
+      throw InvalidUsage("ReplicaContext::gradient_ready(" + std::to_string(index) +
+                         "): local replica " + std::to_string(r) + "'s step has " +
+                         std::to_string(m.replica_tensors[r].size()) + " gradient tensors");
+    }
+    if (m.replica_ready[r][index]) return;
+    m.replica_ready[r][index] = 1;
+    bucket = m.bucket_of[index];
+    if (--m.replica_waiting[r][bucket] > 0) return;
+    if (--m.buckets[bucket].replicas_left > 0) return;
+  }
+  // This replica completed the bucket on the last of the K: every replica's tensors of it are
+  // final and no other thread touches them (the plan and lists are fixed during the step).
+  const SyncBucket& b = m.buckets[bucket];
+  const std::vector<TensorRef>& dst = m.replica_tensors[0];
+  for (std::size_t t = b.first; t < b.last; ++t) {
+    for (std::size_t j = 1; j < m.replica_tensors.size(); ++j) {
+      kernels::reduce(dst[t].data, m.replica_tensors[j][t].data, dst[t].count, dst[t].dtype,
+                      m.sync_op);
+    }
+  }
+  std::lock_guard<std::mutex> lock(m.replica_mu);
+  m.buckets[bucket].reduced = true;
+  m.launch_ready_buckets();
+}
+
+void MultiWorkerMirroredStrategy::replica_finish_sync(const ReplicaContext& ctx) {
+  if (!impl_->replicas) {
+    finish_gradient_sync();
+    return;
+  }
+  Impl& m = *impl_;
+  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t count = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.replica_mu);
+    if (!m.replica_sync) {
+      throw InvalidUsage("ReplicaContext::finish_gradient_sync called by local replica " +
+                         std::to_string(r) + " without begin_gradient_sync");
+    }
+    count = m.replica_tensors[r].size();
+  }
+  for (std::size_t i = 0; i < count; ++i) replica_gradient_ready(ctx, i);
+  const int replicas = num_replicas_in_sync();
+  // Replica 0, once every replica has marked everything ready (so every bucket has started).
+  const auto wait_buckets = [&](const std::vector<TensorRef>&) {
+    std::exception_ptr error;
+    for (SyncBucket& b : m.buckets) {
+      std::shared_ptr<Work> work;
+      {
+        std::lock_guard<std::mutex> lock(m.replica_mu);
+        work = b.work;
+      }
+      if (!work) continue;
+      try {
+        work->wait();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+        continue;
+      }
+      if (!b.in_place && !error)
+        unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
+    }
+    const auto end = std::chrono::steady_clock::now();
+    // Replica 0's whole finish is exposed (waiting for its siblings included, as in
+    // ReplicaContext::all_reduce); the communication spans from the first bucket's start.
+    const auto from = m.launched_any ? std::min(m.first_launch, start) : start;
+    m.allreduce_seconds += std::chrono::duration<double>(end - from).count();
+    m.exposed_seconds += std::chrono::duration<double>(end - start).count();
+    for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+    {
+      std::lock_guard<std::mutex> lock(m.replica_mu);
+      for (SyncBucket& b : m.buckets) b.work.reset();
+      m.replica_sync = false;
+    }
+    if (error) std::rethrow_exception(error);
+    if (m.replica_mean) {
+      for (const TensorRef& t : m.sync_tensors)
+        kernels::scale_divide(t.data, t.count, t.dtype, replicas);
+    }
+  };
+  m.replicas->share(ctx.local_replica_id, m.replica_tensors[r],
+                    "ReplicaContext::finish_gradient_sync", wait_buckets);
+}
+
+void MultiWorkerMirroredStrategy::drain_replica_sync() noexcept {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.replica_mu);  // every replica thread has returned
+  if (!m.replica_sync) return;
+  for (SyncBucket& b : m.buckets) {
+    if (!b.work) continue;
+    try {
+      b.work->wait();  // under the communicator's deadline
+    } catch (const std::exception& e) {
+      MWMS_LOG_WARN(kStrat,
+                    "a bucket of the failed overlapped replica step failed too: " << e.what());
+    }
+    b.work.reset();
+  }
+  m.replica_sync = false;
+}
+
+void MultiWorkerMirroredStrategy::replica_device_collective(const ReplicaContext& ctx, ReduceOp op,
+                                                            const std::vector<TensorRef>& tensors,
+                                                            DeviceStream stream, bool broadcast) {
+  const char* name = broadcast ? "ReplicaContext::broadcast_variables (device)"
+                               : "ReplicaContext::all_reduce (device)";
+  Impl& m = *impl_;
+  if (!m.device_replicas) {
+    throw InvalidUsage(std::string(name) +
+                       ": this strategy's replicas are on the CPU (ReplicaOptions::device "
+                       "kCpu); pass host tensors without a DeviceStream, or use kGpu");
+  }
+  check_tensors(tensors, name);
+  check_no_replica_sync(name);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+  // Each replica fills its own slot before the local gather; replica 0 reads them all after it.
+  m.device_tensors[r] = &tensors;
+  m.device_streams[r] = stream.handle;
+  const auto issue = [&] {
+    m.device_replicas->run(m.device_tensors, m.device_streams, op, broadcast);
+  };
+  if (m.replicas) {
+    m.replicas->step(ctx.local_replica_id, tensors, name, issue);
+  } else {
+    issue();
+  }
+  if (broadcast || r != 0) return;
+  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.allreduce_seconds += took;
+  m.exposed_seconds += took;
+}
+
+void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors,
+                                DeviceStream stream) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::all_reduce: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_device_collective(*this, op, tensors, stream, false);
+}
+
+void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables,
+                                         DeviceStream stream) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::broadcast_variables: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
+}
+
+void ReplicaContext::begin_gradient_sync(const std::vector<TensorRef>& gradients,
+                                         ReduceOp op) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::begin_gradient_sync: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_begin_sync(*this, gradients, op);
+}
+
+void ReplicaContext::gradient_ready(std::size_t index) const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::gradient_ready: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_gradient_ready(*this, index);
+}
+
+void ReplicaContext::finish_gradient_sync() const {
+  if (strategy_ == nullptr) {
+    throw InvalidUsage(
+        "ReplicaContext::finish_gradient_sync: this context was not passed by "
+        "MultiWorkerMirroredStrategy::run()");
+  }
+  strategy_->replica_finish_sync(*this);
 }
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
@@ -400,15 +749,13 @@ bool same_tensors(const std::vector<TensorRef>& a, const std::vector<TensorRef>&
   return true;
 }
 
+// Builds the bucket plan of `gradients` into m (kept when the list is the one of the previous
+// step: nothing allocated once the pack buffers have grown) and resets the per-step state.
 }  // namespace
 
-void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRef>& gradients,
-                                                      ReduceOp op) {
-  Impl& m = *impl_;
-  if (m.sync_active) {
-    throw InvalidUsage("begin_gradient_sync called again before finish_gradient_sync");
-  }
-  check_tensors(gradients, "begin_gradient_sync");
+void MultiWorkerMirroredStrategy::Impl::plan_sync(const std::vector<TensorRef>& gradients,
+                                                  ReduceOp op, int replicas_per_bucket) {
+  Impl& m = *this;
   if (!same_tensors(gradients, m.sync_tensors) || m.buckets.empty() != gradients.empty()) {
     m.sync_tensors = gradients;
     m.buckets.clear();
@@ -429,27 +776,22 @@ void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRe
   }
   for (SyncBucket& b : m.buckets) {
     b.waiting = b.last - b.first;
+    b.replicas_left = replicas_per_bucket;
+    b.reduced = false;
     b.work.reset();
   }
   m.ready.assign(gradients.size(), false);
   m.sync_op = op;
   m.next_launch = 0;
   m.launched_any = false;
-  m.sync_active = true;
 }
 
-void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
-  Impl& m = *impl_;
-  if (!m.sync_active) throw InvalidUsage("gradient_ready called without begin_gradient_sync");
-  if (index >= m.sync_tensors.size()) {
-    throw InvalidUsage("gradient_ready(" + std::to_string(index) + "): the step has " +
-                       std::to_string(m.sync_tensors.size()) + " gradient tensors");
-  }
-  if (m.ready[index]) return;
-  m.ready[index] = true;
-  --m.buckets[m.bucket_of[index]].waiting;
-  // Start every bucket that is complete and whose predecessors have started.
-  while (m.next_launch < m.buckets.size() && m.buckets[m.next_launch].waiting == 0) {
+// Starts, in list order, every bucket that is ready and whose predecessors have started (Note
+// [overlapped buckets]). K > 1: called under replica_mu, by whichever replica thread reduced a
+// bucket, so the communicator sees one thread at a time.
+void MultiWorkerMirroredStrategy::Impl::launch_ready_buckets() {
+  Impl& m = *this;
+  while (m.next_launch < m.buckets.size() && m.buckets[m.next_launch].reduced) {
     SyncBucket& b = m.buckets[m.next_launch++];
     const std::size_t elems = b.bytes / dtype_size(m.sync_tensors[b.first].dtype);
     void* data = m.sync_tensors[b.first].data;
@@ -463,6 +805,37 @@ void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
     }
     b.work = m.comm->all_reduce_async(data, elems, b.wire, m.sync_op);
   }
+}
+
+void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRef>& gradients,
+                                                      ReduceOp op) {
+  Impl& m = *impl_;
+  if (m.sync_active) {
+    throw InvalidUsage("begin_gradient_sync called again before finish_gradient_sync");
+  }
+  check_tensors(gradients, "begin_gradient_sync");
+  {
+    std::lock_guard<std::mutex> lock(m.replica_mu);
+    if (m.replica_sync) {
+      throw InvalidUsage("begin_gradient_sync called during a ReplicaContext overlapped step");
+    }
+  }
+  m.plan_sync(gradients, op, 1);
+  m.sync_active = true;
+}
+
+void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
+  Impl& m = *impl_;
+  if (!m.sync_active) throw InvalidUsage("gradient_ready called without begin_gradient_sync");
+  if (index >= m.sync_tensors.size()) {
+    throw InvalidUsage("gradient_ready(" + std::to_string(index) + "): the step has " +
+                       std::to_string(m.sync_tensors.size()) + " gradient tensors");
+  }
+  if (m.ready[index]) return;
+  m.ready[index] = true;
+  SyncBucket& b = m.buckets[m.bucket_of[index]];
+  if (--b.waiting == 0) b.reduced = true;
+  m.launch_ready_buckets();
 }
 
 void MultiWorkerMirroredStrategy::finish_gradient_sync() {

@@ -122,8 +122,11 @@ void check_equivalence(int world_size, std::size_t bytes_per_pack, Sync sync = S
 // gradients, its own rows of the global batch (ctx.batch_shard) and ctx.all_reduce (sum over
 // workers x K). Replicas start from different values (the chief's replica 0 must win). Throws if
 // the replicas of this worker do not hold bit-identical weights at the end (they apply the same
-// reduced gradient to the same weights); returns replica 0's W followed by b.
-std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
+// reduced gradient to the same weights); returns replica 0's W followed by b. With `overlap`,
+// each replica syncs through ctx.begin_gradient_sync / gradient_ready / finish_gradient_sync
+// (Note [overlapped replica buckets]), b's gradient declared and marked first, as in train().
+std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy,
+                                  bool overlap = false) {
   const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
   std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)),
       b(k, std::vector<float>(kOut));
@@ -140,6 +143,9 @@ std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
       const auto r = static_cast<std::size_t>(ctx.local_replica_id);
       std::fill(gw[r].begin(), gw[r].end(), 0.0f);
       std::fill(gb[r].begin(), gb[r].end(), 0.0f);
+      if (overlap) {
+        ctx.begin_gradient_sync({{gb[r].data(), gb[r].size()}, {gw[r].data(), gw[r].size()}});
+      }
       const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
       for (std::size_t row = shard.begin; row < shard.end; ++row) {
         for (int k = 0; k < kOut; ++k) {
@@ -150,8 +156,13 @@ std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
           for (int j = 0; j < kIn; ++j) gw[r][j * kOut + k] += residual * feature(step, row, j);
         }
       }
-      ctx.all_reduce(mwms::ReduceOp::kSum,
-                     {{gw[r].data(), gw[r].size()}, {gb[r].data(), gb[r].size()}});
+      if (overlap) {
+        ctx.gradient_ready(0);
+        ctx.finish_gradient_sync();  // marks gw ready
+      } else {
+        ctx.all_reduce(mwms::ReduceOp::kSum,
+                       {{gw[r].data(), gw[r].size()}, {gb[r].data(), gb[r].size()}});
+      }
       for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] -= 0.5f * gw[r][i];
       for (std::size_t i = 0; i < b[r].size(); ++i) b[r][i] -= 0.5f * gb[r][i];
     });
@@ -169,7 +180,8 @@ std::vector<float> train_replicas(mwms::MultiWorkerMirroredStrategy& strategy) {
 // the sums of at most 24 per-row terms are grouped differently (per replica, then across
 // replicas), a few float32 ulps per step over 6 steps; 1e-5 relative is ~80 ulps and far below
 // any real error (a replica's rows counted twice or not at all moves weights by > 1e-2).
-void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack) {
+void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack,
+                               bool overlap = false) {
   mwms::CommunicationOptions options;
   options.bytes_per_pack = bytes_per_pack;
   std::vector<float> expected;
@@ -189,10 +201,11 @@ void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack) {
     std::ostringstream out;
     out.precision(9);
     out << "weights:";
-    for (float x : train_replicas(strategy)) out << " " << x;
+    for (float x : train_replicas(strategy, overlap)) out << " " << x;
     report(out.str());
   });
-  INFO(workers << " worker(s) x " << k << " local replica(s)\n"
+  INFO(workers << " worker(s) x " << k << " local replica(s)" << (overlap ? ", overlapped" : "")
+               << "\n"
                << mwms::testing::describe(results));
   for (const auto& r : results) {
     REQUIRE(r.exit_code == 0);
@@ -213,6 +226,16 @@ TEST_CASE("K = 1, 2, 3 local replicas x 1-3 workers end with the same weights as
     for (int k : {1, 2, 3}) {
       // Small buckets on some: several buckets, tensors packed, W larger than a bucket.
       check_replica_equivalence(workers, k, (workers + k) % 2 == 0 ? 64 : 0);
+    }
+  }
+}
+
+TEST_CASE("K = 1, 2, 3 local replicas x 1-3 workers overlapping the all-reduce end with the "
+          "same weights as one replica", "[tcp][strategy]") {
+  for (int workers : {1, 2, 3}) {
+    for (int k : {1, 2, 3}) {
+      // Small buckets on some: two buckets in flight, W larger than a bucket.
+      check_replica_equivalence(workers, k, (workers + k) % 2 == 0 ? 64 : 0, /*overlap=*/true);
     }
   }
 }
@@ -281,6 +304,57 @@ TEST_CASE("a local replica that throws on one worker fails every replica of ever
   using Catch::Matchers::Contains;
   CHECK_THAT(results[1].output, Contains("run threw: worker 1 replica 1 broke") &&
                                     Contains("replica 0 got ReplicaError: local replica 1"));
+  CHECK_THAT(results[0].output, Contains("run threw PeerError") && Contains("rank 1") &&
+                                    Contains("replica 1 got ReplicaError: local replica 0"));
+  for (const auto& r : results) CHECK(r.seconds < 25);  // failed at once, not at the deadline
+}
+
+TEST_CASE("a local replica that throws inside an overlapped step fails every replica of every "
+          "worker", "[tcp][strategy][fault]") {
+  // Worker 1's replica 1 throws after begin_gradient_sync: worker 1's buckets never complete
+  // locally, its replica 0 stops waiting in finish (ReplicaError) and run() rethrows the root;
+  // worker 0's buckets started, so its replica 0 gets a PeerError when worker 1 exits and its
+  // replica 1 a ReplicaError naming replica 0. All at once, not at the 30 s deadline.
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  auto results =
+      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+        mwms::CommunicationOptions options;
+        options.timeout_seconds = 30;
+        options.bytes_per_pack = 1024;  // several buckets
+        mwms::ReplicaOptions replicas;
+        replicas.local_replicas = 2;
+        mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+        std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f)), h = g;
+        std::mutex mu;
+        try {
+          strategy.run([&](const mwms::ReplicaContext& ctx) {
+            const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+            ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
+            if (rank == 1 && r == 1) throw std::runtime_error("worker 1 replica 1 broke");
+            ctx.gradient_ready(1);
+            try {
+              ctx.finish_gradient_sync();
+            } catch (const mwms::ReplicaError& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              report("replica " + std::to_string(r) + " got ReplicaError: " + e.what() + "\n");
+              throw;
+            }
+          });
+          report("run returned\n");
+        } catch (const mwms::PeerError& e) {
+          report(std::string("run threw PeerError: ") + e.what() + "\n");
+        } catch (const std::runtime_error& e) {
+          report(std::string("run threw: ") + e.what() + "\n");
+        }
+      });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  using Catch::Matchers::Contains;
+  CHECK_THAT(results[1].output, Contains("run threw: worker 1 replica 1 broke") &&
+                                    Contains("replica 0 got ReplicaError: local replica 1") &&
+                                    Contains("finish_gradient_sync"));
   CHECK_THAT(results[0].output, Contains("run threw PeerError") && Contains("rank 1") &&
                                     Contains("replica 1 got ReplicaError: local replica 0"));
   for (const auto& r : results) CHECK(r.seconds < 25);  // failed at once, not at the deadline

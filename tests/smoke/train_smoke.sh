@@ -109,4 +109,17 @@ for f in tf chief flags; do
   awk -v a="$first" -v b="$other" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
     { echo "FAIL: accuracy $other ($f) differs from $first (mpirun)"; exit 1; }
 done
-echo "train smoke: 4 launch modes, evaluator and ps passed"
+# 6. One worker x 2 local replicas, the gradient all-reduce overlapped with backprop (each bucket
+# reduced across the replicas first): the same train loss as the blocking step, to the last digit.
+timeout 300 "$train" $common --local_replicas 2 --metrics_file "$work/k2.json" \
+  > "$work/k2.log" 2>&1 || { echo "FAIL k2"; cat "$work/k2.log"; exit 1; }
+check_metrics "$work/k2.json" local_replicas_2
+timeout 300 "$train" $common --local_replicas 2 --overlap_blocks 4 --metrics_file "$work/k2o.json" \
+  > "$work/k2o.log" 2>&1 || { echo "FAIL k2 overlap"; cat "$work/k2o.log"; exit 1; }
+check_metrics "$work/k2o.json" local_replicas_2_overlap
+loss() { grep -o '"train_loss": *[0-9.e-]*' "$1" | head -1 | grep -o '[0-9.e-]*$'; }
+[ "$(loss "$work/k2.json")" = "$(loss "$work/k2o.json")" ] ||
+  { echo "FAIL: overlapped K = 2 train loss $(loss "$work/k2o.json") != $(loss "$work/k2.json")"; exit 1; }
+echo "ok overlap with 2 local replicas: the blocking step's train loss"
+
+echo "train smoke: 4 launch modes, evaluator, ps and overlapped local replicas passed"

@@ -35,6 +35,7 @@ struct FakeNcclComm {
     std::size_t count;
     DataType dtype;
     ReduceOp op;
+    int root = -1;  // broadcast: the rank whose send every rank receives; -1: a reduction
   };
   std::vector<Op> ops;
   // Mean divisions enqueued behind collective number `after` (stream order): run once it completed.
@@ -109,9 +110,13 @@ struct FakeNcclWorld {
       {
         const FakeNcclComm::Op& first = comms.front()->ops[k];
         const std::size_t bytes = first.count * dtype_size(first.dtype);
-        std::vector<unsigned char> acc(static_cast<const unsigned char*>(first.send),
-                                       static_cast<const unsigned char*>(first.send) + bytes);
-        for (std::size_t r = 1; r < comms.size(); ++r) {
+        const FakeNcclComm::Op* source = &first;
+        for (auto& c : comms) {
+          if (first.root >= 0 && c->rank == first.root) source = &c->ops[k];
+        }
+        std::vector<unsigned char> acc(static_cast<const unsigned char*>(source->send),
+                                       static_cast<const unsigned char*>(source->send) + bytes);
+        for (std::size_t r = 1; r < comms.size() && first.root < 0; ++r) {
           kernels::reduce(acc.data(), comms[r]->ops[k].send, first.count, first.dtype, first.op);
         }
         for (auto& c : comms) std::memcpy(c->ops[k].recv, acc.data(), bytes);
@@ -188,11 +193,11 @@ inline int group_start() {
 inline int group_end() { return collective::kNcclSuccess; }
 
 inline int enqueue(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                   collective::NcclComm comm) {
+                   collective::NcclComm comm, int root = -1) {
   std::lock_guard<std::mutex> lock(world().mutex);
   if (world().collective_result != collective::kNcclSuccess) return world().collective_result;
   FakeNcclComm* c = as_comm(comm);
-  c->ops.push_back({send, recv, count, dtype, op});
+  c->ops.push_back({send, recv, count, dtype, op, root});
   ++c->enqueued;
   last_comm = c;
   world().progress();
@@ -203,7 +208,8 @@ inline int all_reduce(const void* send, void* recv, std::size_t count, DataType 
                       collective::NcclComm comm, void*) {
   return enqueue(send, recv, count, dtype, op, comm);
 }
-// The other collectives only move through the same completion machinery (no data).
+// Reduce-scatter and all-gather only move through the same completion machinery (no data);
+// broadcast copies the root's buffer to every rank.
 inline int reduce_scatter(const void* send, void* recv, std::size_t, DataType dtype, ReduceOp op,
                           collective::NcclComm comm, void*) {
   return enqueue(send, recv, 0, dtype, op, comm);
@@ -212,9 +218,9 @@ inline int all_gather(const void* send, void* recv, std::size_t, DataType dtype,
                       collective::NcclComm comm, void*) {
   return enqueue(send, recv, 0, dtype, ReduceOp::kSum, comm);
 }
-inline int broadcast(const void* send, void* recv, std::size_t, DataType dtype, int,
+inline int broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                      collective::NcclComm comm, void*) {
-  return enqueue(send, recv, 0, dtype, ReduceOp::kSum, comm);
+  return enqueue(send != nullptr ? send : recv, recv, count, dtype, ReduceOp::kSum, comm, root);
 }
 
 inline const char* error_string(int result) {

@@ -236,3 +236,178 @@ TEST_CASE("local replicas: early return, lateness and other shapes are errors na
     }
   }
 }
+
+// Note [overlapped replica buckets]: each replica marks its tensors ready in its own order (and
+// at its own pace), small packs make several buckets (in place, packed, one larger than a pack);
+// the result must be the local reduce in replica order, bit for bit, on every replica, kMean
+// dividing once.
+TEST_CASE("local replicas: the overlapped step reduces each bucket in replica order, whatever "
+          "the ready order", "[unit][strategy]") {
+  for (int k : {1, 2, 3}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+      INFO("K " << k << " op " << mwms::to_string(op));
+      mwms::CommunicationOptions options;
+      options.timeout_seconds = 30;
+      options.bytes_per_pack = 4096;
+      mwms::ReplicaOptions replicas;
+      replicas.local_replicas = k;
+      mwms::MultiWorkerMirroredStrategy strategy(mwms::ResolvedCluster{}, options, replicas);
+      const auto uk = static_cast<std::size_t>(k);
+      // Per replica: flat (two tensors back to back), a and b (separate: packed), big (> pack).
+      std::vector<std::vector<float>> flat(uk, std::vector<float>(1500)),
+          a(uk, std::vector<float>(700)), b(uk, std::vector<float>(300)),
+          big(uk, std::vector<float>(5000));
+      const auto tensor_value = [](int r, int tensor, std::size_t i) {
+        return value(r, i * 5 + static_cast<std::size_t>(tensor));
+      };
+      for (int step = 0; step < 3; ++step) {
+        strategy.run([&](const ReplicaContext& ctx) {
+          const int r = ctx.local_replica_id;
+          const auto ur = static_cast<std::size_t>(r);
+          for (std::size_t i = 0; i < 1500; ++i) flat[ur][i] = tensor_value(r, i < 1000 ? 0 : 1, i);
+          for (std::size_t i = 0; i < 700; ++i) a[ur][i] = tensor_value(r, 2, i);
+          for (std::size_t i = 0; i < 300; ++i) b[ur][i] = tensor_value(r, 3, i);
+          for (std::size_t i = 0; i < 5000; ++i) big[ur][i] = tensor_value(r, 4, i);
+          ctx.begin_gradient_sync({{flat[ur].data(), 1000},
+                                   {flat[ur].data() + 1000, 500},
+                                   {a[ur].data(), a[ur].size()},
+                                   {b[ur].data(), b[ur].size()},
+                                   {big[ur].data(), big[ur].size()}},
+                                  op);
+          // Replica- and step-dependent order and pace; tensor 4 is left to finish.
+          std::vector<std::size_t> order = {3, 0, 2, 1};
+          if ((r + step) % 2 == 1) order = {1, 2, 0, 3};
+          for (std::size_t i : order) {
+            if (r == step % k) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            ctx.gradient_ready(i);
+          }
+          ctx.gradient_ready(order[0]);  // idempotent
+          ctx.finish_gradient_sync();
+        });
+        for (std::size_t r = 0; r < uk; ++r) {
+          const auto expect = [&](const char* what, const float* got, std::size_t n, int tensor,
+                                  std::size_t offset) {
+            for (std::size_t i = 0; i < n; ++i) {
+              float want = tensor_value(0, tensor, offset + i);
+              for (int j = 1; j < k; ++j) want += tensor_value(j, tensor, offset + i);
+              if (op == ReduceOp::kMean) want /= static_cast<float>(k);
+              if (got[i] != want) {
+                FAIL("step " << step << " replica " << r << " " << what << "[" << i
+                             << "]: " << got[i] << " != " << want);
+              }
+            }
+          };
+          expect("flat0", flat[r].data(), 1000, 0, 0);
+          expect("flat1", flat[r].data() + 1000, 500, 1, 1000);
+          expect("a", a[r].data(), 700, 2, 0);
+          expect("b", b[r].data(), 300, 3, 0);
+          expect("big", big[r].data(), 5000, 4, 0);
+        }
+      }
+      CHECK(strategy.allreduce_bytes() == 3 * 7500 * sizeof(float));
+    }
+  }
+}
+
+TEST_CASE("local replicas: a replica failing inside an overlapped step fails its siblings, and "
+          "the next step works", "[unit][strategy]") {
+  auto strategy = make(3, /*timeout_seconds=*/60);
+  std::vector<std::vector<float>> g(3, std::vector<float>(5000, 1.0f)), h = g;
+  std::mutex mu;
+  std::vector<std::string> others;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    strategy.run([&](const ReplicaContext& ctx) {
+      auto r = static_cast<std::size_t>(ctx.local_replica_id);
+      ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
+      ctx.gradient_ready(0);
+      if (r == 2) throw std::runtime_error("replica two broke mid-backprop");
+      try {
+        ctx.finish_gradient_sync();
+      } catch (const mwms::ReplicaError& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        others.push_back(e.what());
+        throw;
+      }
+    });
+    FAIL("run() did not rethrow");
+  } catch (const mwms::ReplicaError& e) {
+    FAIL("run() rethrew a sibling's ReplicaError instead of the root: " << e.what());
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "replica two broke mid-backprop");
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the deadline
+  REQUIRE(others.size() == 2);
+  for (const std::string& what : others) {
+    CHECK_THAT(what, Contains("local replica 2 (replica_id_in_sync_group 2) of worker 0 failed") &&
+                         Contains("finish_gradient_sync"));
+  }
+  // The next overlapped step starts afresh (and the one after reuses the plan).
+  for (int step = 0; step < 2; ++step) {
+    strategy.run([&](const ReplicaContext& ctx) {
+      auto r = static_cast<std::size_t>(ctx.local_replica_id);
+      std::fill(g[r].begin(), g[r].end(), 2.0f);
+      std::fill(h[r].begin(), h[r].end(), 1.0f + ctx.local_replica_id);
+      ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
+      ctx.finish_gradient_sync();
+    });
+    for (std::size_t r = 0; r < 3; ++r) {
+      CHECK(g[r][4999] == 6.0f);
+      CHECK(h[r][0] == 6.0f);
+    }
+  }
+}
+
+TEST_CASE("local replicas: overlapped step misuse is an InvalidUsage", "[unit][strategy]") {
+  auto strategy = make(2, 60);
+  std::vector<std::vector<float>> g(2, std::vector<float>(8, 1.0f));
+  const auto mine = [&](const ReplicaContext& ctx) -> std::vector<float>& {
+    return g[static_cast<std::size_t>(ctx.local_replica_id)];
+  };
+  SECTION("every replica returns before finish") {
+    CHECK_THROWS_WITH(strategy.run([&](const ReplicaContext& ctx) {
+                        ctx.begin_gradient_sync({{mine(ctx).data(), 8}});
+                      }),
+                      Contains("returned between ReplicaContext::begin_gradient_sync and "
+                               "finish_gradient_sync"));
+  }
+  SECTION("another collective, a bad index, a second begin, finish without begin") {
+    std::atomic<int> usage{0};
+    strategy.run([&](const ReplicaContext& ctx) {
+      try {
+        ctx.finish_gradient_sync();
+      } catch (const mwms::InvalidUsage&) {
+        ++usage;
+      }
+      ctx.begin_gradient_sync({{mine(ctx).data(), 8}});
+      try {
+        ctx.all_reduce(ReduceOp::kSum, {{mine(ctx).data(), 8}});
+      } catch (const mwms::InvalidUsage&) {
+        ++usage;
+      }
+      try {
+        ctx.gradient_ready(1);
+      } catch (const mwms::InvalidUsage&) {
+        ++usage;
+      }
+      try {
+        ctx.begin_gradient_sync({{mine(ctx).data(), 8}});
+      } catch (const mwms::InvalidUsage&) {
+        ++usage;
+      }
+      ctx.finish_gradient_sync();
+    });
+    CHECK(usage == 8);
+    CHECK(g[1][7] == 2.0f);
+  }
+  SECTION("replicas pass different ops") {
+    CHECK_THROWS_WITH(strategy.run([&](const ReplicaContext& ctx) {
+                        ctx.begin_gradient_sync({{mine(ctx).data(), 8}}, ctx.local_replica_id == 0
+                                                                              ? ReduceOp::kSum
+                                                                              : ReduceOp::kMax);
+                        ctx.finish_gradient_sync();
+                      }),
+                      Contains("local replica 1 passed op max, local replica 0 passed sum"));
+  }
+  CHECK_THROWS_AS(ReplicaContext{}.gradient_ready(0), mwms::InvalidUsage);
+}

@@ -1,0 +1,54 @@
+// GPU replicas of one worker (ReplicaOptions::device = kGpu): one NCCL rank per local replica in
+// a group of K communicators (collective/backend/nccl_group.h), the NCCL unique id made by worker
+// 0 and sent through the strategy's Communicator, and the grouped device collectives that the
+// replica threads' ReplicaContext calls come down to. Note [gpu replicas].
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collective/backend/nccl_api.h"
+#include "collective/backend/nccl_group.h"
+#include "mwms/communicator.h"
+#include "mwms/strategy.h"
+
+namespace mwms::strategy {
+
+/// The NcclApi the strategy's GPU replicas use: the one set by set_nccl_api_for_testing, else
+/// collective::real_nccl_api() (null in a build without NCCL). Never throws.
+const collective::NcclApi* replica_nccl_api() noexcept;
+/// Makes strategies constructed afterwards use `api` for their GPU replicas (tests: the fake
+/// NCCL); nullptr restores the real one. Not thread-safe with a strategy's construction.
+void set_nccl_api_for_testing(const collective::NcclApi* api) noexcept;
+
+/// The K NCCL ranks of one worker's GPU replicas. Built by the strategy (collective: every worker
+/// builds its own at construction); its collectives are called by one thread at a time (local
+/// replica 0's, or the caller's for K = 1) with every replica's tensors.
+class DeviceReplicas {
+ public:
+  /// Worker 0 makes the NCCL unique id and broadcasts it (with its status) through `comm`; every
+  /// worker then creates ranks comm.rank() * k + r of comm.world_size() * k on devices
+  /// local_rank * k + r (Note [gpu replicas]). Blocking, collective across workers.
+  /// @throws InvalidUsage (`api` null: this build has no NCCL), BackendError (no usable device,
+  ///   or NCCL failed, naming the replica; on every worker when worker 0 could not make the id),
+  ///   TimeoutError (a rank never joined within init_timeout_seconds), and as
+  ///   Communicator::broadcast.
+  DeviceReplicas(const collective::NcclApi* api, Communicator& comm, int k, int local_rank,
+                 double timeout_seconds, double init_timeout_seconds);
+
+  /// The CUDA device of local replica r.
+  int device(int r) const noexcept { return group_->device(r); }
+
+  /// All-reduces (`broadcast` false) or broadcasts from NCCL rank 0 (true) tensor i of every
+  /// replica, tensors[r] being replica r's list (device memory on its device, same shapes on
+  /// every replica) enqueued on streams[r], as one NCCL group; then waits for the result (the
+  /// collective's deadline). @throws as NcclReplicaGroup::launch and GroupWork::wait.
+  void run(const std::vector<const std::vector<TensorRef>*>& tensors,
+           const std::vector<void*>& streams, ReduceOp op, bool broadcast);
+
+ private:
+  std::unique_ptr<collective::NcclReplicaGroup> group_;
+  std::vector<collective::DeviceCall> calls_;  // capacity reused
+};
+
+}  // namespace mwms::strategy
