@@ -20,8 +20,10 @@ double gloo_ratio(const ResultRow& row) {
   return best > 0 ? row.busbw / best : 0;
 }
 
+// Same bytes and bus factor on both sides, so this is busbw / nccl busbw, and it stays defined on
+// one rank, where the all-reduce factor 2(n-1)/n makes both busbw 0 (gpu_check.sh's case).
 double nccl_ratio(const ResultRow& row) {
-  return row.nccl_busbw > 0 ? row.busbw / row.nccl_busbw : 0;
+  return row.time_us > 0 ? row.nccl_time_us / row.time_us : 0;
 }
 
 double bucket_speedup(const BucketRow& row) {
@@ -187,7 +189,8 @@ void print_table_footer(std::ostream& out, const Summary& s) {
   }
   if (s.has_nccl) {
     label(out, "Avg NCCL busbw") << s.avg_nccl_busbw << " \n";
-    label(out, "Median vs NCCL") << s.median_nccl_ratio << " (libmwms / raw NCCL busbw)\n";
+    label(out, "Median vs NCCL") << s.median_nccl_ratio
+                                  << " (libmwms busbw / raw NCCL busbw = nccl time / time)\n";
     label(out, "Median vs NCCL 16M+");
     if (s.median_nccl_ratio_large < 0) {
       out << "n/a (no row of 16 MiB or more)\n";

@@ -38,7 +38,8 @@ struct ResultRow {
 double ratio(const ResultRow& row);
 /// ours busbw / the better of Gloo's two busbw (0 when both are 0).
 double gloo_ratio(const ResultRow& row);
-/// ours busbw / raw NCCL's busbw (0 when NCCL's is 0).
+/// ours busbw / raw NCCL's busbw, computed as nccl time / ours time (the same thing, and defined on
+/// one rank where both busbw are 0); 0 when ours time is 0.
 double nccl_ratio(const ResultRow& row);
 
 /// The size from which the NCCL backend must reach 97 % of raw NCCL's busbw (issue 6's target):
