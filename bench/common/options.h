@@ -55,14 +55,16 @@ TransportChoice transport_choice(const BenchOptions& options);
 /// True for --backend nccl: the run is on device buffers (bench/common/device_bench.h).
 bool device_backend(const BenchOptions& options);
 
-/// What --compare asks for, parsed from its value: a comma-separated list of mpi, gloo and nccl,
-/// or none (alone). @throws mwms::InvalidArgument naming the value and the valid ones (a typo, an
-/// empty item, "none" combined with another).
+/// What --compare asks for: the implementations timed beside libmwms.
 struct CompareSet {
-  bool mpi = false;
-  bool gloo = false;
-  bool nccl = false;
+  bool mpi = false;   ///< MPI's collective (under mpirun)
+  bool gloo = false;  ///< Gloo's two all-reduce algorithms
+  bool nccl = false;  ///< raw NCCL on the device buffers (--backend nccl)
 };
+
+/// Parses --compare's value: a comma-separated list of mpi, gloo and nccl, or none (alone).
+/// @throws mwms::InvalidArgument naming the value and the valid ones (a typo, an empty item,
+///   "none" combined with another).
 CompareSet parse_compare(std::string_view text);
 
 /// --backend's value checked: auto, tcp, shm, mpi or nccl. @throws mwms::InvalidArgument naming
