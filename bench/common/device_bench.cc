@@ -26,9 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 void cuda_check(cudaError_t e, const char* call) {
   if (e != cudaSuccess) {
-    throw BackendError(std::string(call) + ": " + cudaGetErrorName(e) + ": " +
-                           cudaGetErrorString(e),
-                       static_cast<int>(e));
+    throw BackendError(
+        std::string(call) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
+        static_cast<int>(e));
   }
 }
 
@@ -44,12 +44,18 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
 
 ncclDataType_t nccl_type(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
   }
   throw InvalidArgument("raw NCCL: no NCCL type for dtype " + std::string(to_string(dtype)));
 }
@@ -58,11 +64,16 @@ ncclDataType_t nccl_type(DataType dtype) {
 // contract): the same traffic, one more elementwise pass.
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMean: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMean:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProd:
+      return ncclProd;
   }
   throw InvalidArgument("raw NCCL: no NCCL op for " + std::string(to_string(op)));
 }
@@ -87,18 +98,22 @@ class DeviceBuffer {
 // against it, so every copy below is explicitly on it and synchronised).
 class Stream {
  public:
-  Stream() { cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  Stream() {
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   ~Stream() { cudaStreamDestroy(stream_); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return stream_; }
   DeviceStream handle() const { return DeviceStream{stream_}; }
   void to_device(void* dst, const void* src, std::size_t bytes) const {
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   void to_host(void* dst, const void* src, std::size_t bytes) const {
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync");
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
@@ -111,13 +126,15 @@ class Stream {
 class Ranks {
  public:
   Ranks(DeviceCommunicator& comm, const Stream& stream)
-      : comm_(comm), stream_(stream),
-        scratch_(std::max<std::size_t>(64 * sizeof(double),
-                                       static_cast<std::size_t>(comm.world_size()) *
-                                           sizeof(std::int32_t))) {}
+      : comm_(comm),
+        stream_(stream),
+        scratch_(std::max<std::size_t>(
+            64 * sizeof(double),
+            static_cast<std::size_t>(comm.world_size()) * sizeof(std::int32_t))) {}
 
   void barrier() {
-    comm_.all_reduce(scratch_.data(), 1, DataType::kFloat32, ReduceOp::kSum, stream_.handle())->wait();
+    comm_.all_reduce(scratch_.data(), 1, DataType::kFloat32, ReduceOp::kSum, stream_.handle())
+        ->wait();
   }
   /// Elementwise op over ranks of `n` (<= 64) doubles, in place.
   void reduce(double* values, std::size_t n, ReduceOp op) {
@@ -159,7 +176,8 @@ class RawNccl {
     DeviceBuffer id_buffer(sizeof id);
     stream.to_device(id_buffer.data(), &id, sizeof id);
     ours.broadcast(id_buffer.data(), sizeof id / sizeof(std::int32_t), DataType::kInt32, 0,
-                   stream.handle())->wait();
+                   stream.handle())
+        ->wait();
     stream.to_host(&id, id_buffer.data(), sizeof id);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -313,12 +331,23 @@ class DeviceSweep {
  public:
   DeviceSweep(const CollectiveDescriptor& collective, const BenchOptions& options,
               DeviceCommunicator& comm, const Stream& stream)
-      : collective_(collective), options_(options), comm_(comm), stream_(stream), ranks_(comm, stream),
+      : collective_(collective),
+        options_(options),
+        comm_(comm),
+        stream_(stream),
+        ranks_(comm, stream),
         elem_bytes_(dtype_size(options.dtype)),
         max_elements_(collective.buffer_count(
             collective.count_for_bytes(options.max_bytes, elem_bytes_, comm.world_size()),
             comm.world_size())),
-        buffer_(max_elements_ * elem_bytes_), host_(max_elements_ * elem_bytes_ + 1) {
+        buffer_(max_elements_ * elem_bytes_),
+        host_(max_elements_ * elem_bytes_ + 1) {
+    if (collective.uses_root && options.root >= comm.world_size()) {
+      // Every rank has the same options, so every rank stops here: no peer is left waiting.
+      throw InvalidArgument("--root " + std::to_string(options.root) +
+                            " is not a rank (world size " + std::to_string(comm.world_size()) +
+                            ")");
+    }
     if (options.compare_nccl) raw_ = std::make_unique<RawNccl>(comm, stream);
   }
 
@@ -359,7 +388,8 @@ class DeviceSweep {
   std::int64_t check_first_iteration(const CallShape& call, std::size_t elements) {
     fill_input(collective_, host_.data(), call, options_.dtype);
     stream_.to_device(buffer_.data(), host_.data(), elements * elem_bytes_);
-    run_ours(comm_, collective_.device, buffer_.data(), call, options_.dtype, stream_.handle())->wait();
+    run_ours(comm_, collective_.device, buffer_.data(), call, options_.dtype, stream_.handle())
+        ->wait();
     stream_.to_host(host_.data(), buffer_.data(), elements * elem_bytes_);
     return count_wrong(collective_, host_.data(), call, options_.dtype);
   }
@@ -456,10 +486,10 @@ class DeviceSweep {
   void print_banner(const std::vector<std::int32_t>& devices) const {
     std::cout << "# " << collective_.name << "_perf: libmwms " << MWMS_VERSION_STRING << "\n"
               << "# minBytes " << options_.min_bytes << " maxBytes " << options_.max_bytes
-              << " step: " << options_.step_factor << "(factor) warmup iters: "
-              << options_.warmup_iters << " iters: " << options_.iters
-              << " validation: " << options_.check << " backend: nccl compare: "
-              << (options_.compare_nccl ? "nccl" : "none");
+              << " step: " << options_.step_factor
+              << "(factor) warmup iters: " << options_.warmup_iters << " iters: " << options_.iters
+              << " validation: " << options_.check
+              << " backend: nccl compare: " << (options_.compare_nccl ? "nccl" : "none");
     if (collective_.uses_root) std::cout << " root: " << options_.root;
     std::cout << "\n"
               << "# time (device buffers): " << options_.iters
@@ -501,7 +531,8 @@ std::string no_device_reason() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+           cudaGetErrorString(e) +
            (e == cudaErrorInsufficientDriver ? " (no NVIDIA driver on this machine)" : "");
   }
   if (count <= 0) return "cudaGetDeviceCount: no CUDA device";
@@ -559,8 +590,7 @@ BucketRow run_buckets(const std::vector<std::size_t>& counts, const BucketOption
       for (std::size_t t = 0; t < counts.size(); ++t) {
         stream.to_host(host.data(), tensors[t].data, counts[t] * elem);
         for (std::size_t i = 0; i < counts[t]; ++i) {
-          if (load_element(host.data(), i, options.dtype) !=
-              reduction_expected(i, n, options.op)) {
+          if (load_element(host.data(), i, options.dtype) != reduction_expected(i, n, options.op)) {
             ++bad;
           }
         }
@@ -570,12 +600,14 @@ BucketRow run_buckets(const std::vector<std::size_t>& counts, const BucketOption
     std::vector<std::shared_ptr<Work>> works;
     const auto bucketed = [&] {
       comm->all_reduce_bucket(tensors.data(), tensors.size(), options.dtype, options.op,
-                              stream.handle())->wait();
+                              stream.handle())
+          ->wait();
     };
     const auto separate = [&] {
       works.clear();
       for (const DeviceTensor& t : tensors) {
-        works.push_back(comm->all_reduce(t.data, t.count, options.dtype, options.op, stream.handle()));
+        works.push_back(
+            comm->all_reduce(t.data, t.count, options.dtype, options.op, stream.handle()));
       }
       for (auto& w : works) w->wait();
     };

@@ -1,7 +1,6 @@
 // device_bench.h in a build without NCCL: --backend nccl is refused before anything starts
 // (driver.cc and bucket_perf.cc check built_with_nccl()); the entry points only throw.
 #include "common/device_bench.h"
-
 #include "mwms/errors.h"
 
 namespace mwms::bench::device {

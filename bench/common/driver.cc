@@ -220,10 +220,11 @@ class Sweep {
               << comm_.describe() << "\n";
     if (options_.compare_mpi) print_mpi_banner();
     if (options_.compare_gloo) {
-      std::cout << "# Gloo: " << gloo_baseline::library_version()
-                << ": AllreduceRingChunked (ring time, ring busbw) and AllreduceHalvingDoubling (hd time,"
-                << " hd busbw) on"
-                << " the same buffer; vs gloo = busbw / the better of the two\n";
+      std::cout
+          << "# Gloo: " << gloo_baseline::library_version()
+          << ": AllreduceRingChunked (ring time, ring busbw) and AllreduceHalvingDoubling (hd time,"
+          << " hd busbw) on"
+          << " the same buffer; vs gloo = busbw / the better of the two\n";
     }
     std::cout << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
     for (int r = 0; r < comm_.world_size(); ++r) {
@@ -358,7 +359,8 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
       std::cerr << program + ": " +
                        (under_mpirun ? "mpi rank " + std::to_string(launcher_rank()) + ": " : "") +
                        "--backend nccl needs a CUDA device (one per rank) and this machine has "
-                       "none usable: " + reason + "\n"
+                       "none usable: " +
+                       reason + "\n"
                 << std::flush;
       return 1;
     }

@@ -57,9 +57,9 @@ std::vector<std::size_t> model_like_counts(std::size_t tensors, std::size_t tota
   std::size_t assigned = bias_total;
   std::size_t largest = 0;
   for (std::size_t t = 0; t < tensors; t += 2) {
-    counts[t] = std::max<std::size_t>(
-        1, static_cast<std::size_t>(weight_shape[t] / shape_sum *
-                                    static_cast<double>(weights_budget)));
+    counts[t] =
+        std::max<std::size_t>(1, static_cast<std::size_t>(weight_shape[t] / shape_sum *
+                                                          static_cast<double>(weights_budget)));
     assigned += counts[t];
     if (counts[t] > counts[largest]) largest = t;
   }
@@ -79,7 +79,8 @@ std::vector<std::size_t> model_like_counts(std::size_t tensors, std::size_t tota
   return counts;
 }
 
-std::size_t count_buckets(const std::vector<std::size_t>& tensor_bytes, std::size_t bytes_per_pack) {
+std::size_t count_buckets(const std::vector<std::size_t>& tensor_bytes,
+                          std::size_t bytes_per_pack) {
   std::size_t buckets = 0;
   std::size_t first = 0;
   while (first < tensor_bytes.size()) {

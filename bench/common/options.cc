@@ -61,8 +61,8 @@ CompareSet parse_compare(std::string_view text) {
   std::size_t start = 0;
   while (true) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     ++items;
     if (item == "mpi") {
       set.mpi = true;
@@ -119,7 +119,8 @@ void validate(const BenchOptions& o) {
   if (o.root < 0) throw InvalidArgument("--root must be >= 0");
   const bool device = o.backend == "nccl";
   if (o.compare_nccl && !device) {
-    throw InvalidArgument("--compare nccl times raw NCCL on device buffers: it needs --backend nccl");
+    throw InvalidArgument(
+        "--compare nccl times raw NCCL on device buffers: it needs --backend nccl");
   }
   if (device && (o.compare_mpi || o.compare_gloo)) {
     throw InvalidArgument(std::string("--compare ") + (o.compare_mpi ? "mpi" : "gloo") +
@@ -222,8 +223,8 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
       ->capture_default_str();
   app.add_option("-c,--check", o.check, "Verify both paths' first result exactly (0/1)")
       ->capture_default_str();
-  app.add_option("-d,--datatype,--dtype", dtype,
-                 "float32|float64|float16|bfloat16|int32|int64")->capture_default_str();
+  app.add_option("-d,--datatype,--dtype", dtype, "float32|float64|float16|bfloat16|int32|int64")
+      ->capture_default_str();
   app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
   CLI::Option* backend_flag = app.add_option(
       "--backend,--transport", o.backend,

@@ -27,7 +27,8 @@ struct BenchOptions {
   std::string backend;
   bool compare_mpi = false;
   bool compare_gloo = false;  ///< --compare gloo (or mpi,gloo): Gloo's all-reduce algorithms
-  bool compare_nccl = false;  ///< --compare nccl: raw NCCL on the same device buffers (--backend nccl)
+  bool compare_nccl =
+      false;  ///< --compare nccl: raw NCCL on the same device buffers (--backend nccl)
   std::string gloo_store = "/tmp";  ///< --gloo-store: where Gloo's file-store rendezvous lives
   std::string json_path;  ///< empty: no JSON file
   int root = 0;           ///< -r/--root, rooted collectives only; checked against the world size later
@@ -77,8 +78,8 @@ std::string requested_backend(const BenchOptions& options);
 
 /// bucket_perf's command line (bucket_perf.cc).
 struct BucketOptions {
-  std::size_t tensors = 200;                           ///< -t/--tensors: gradient tensors
-  std::size_t total_bytes = std::size_t{25} << 20;     ///< -s/--size: all tensors together
+  std::size_t tensors = 200;                        ///< -t/--tensors: gradient tensors
+  std::size_t total_bytes = std::size_t{25} << 20;  ///< -s/--size: all tensors together
   int iters = 20;
   int warmup_iters = 5;
   int check = 1;

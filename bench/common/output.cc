@@ -46,11 +46,13 @@ const Column kColumns[] = {{"size", "(B)", 12},      {"count", "(elements)", 12}
 const Column kMpiColumns[] = {{"mpi time", "(us)", 9}, {"mpi busbw", "(GB/s)", 9},
                               {"ratio", "", 6}};
 // Gloo's times like MPI's: each algorithm's time, then its busbw.
-const Column kGlooColumns[] = {{"ring time", "(us)", 9},  {"ring busbw", "(GB/s)", 10},
-                               {"hd time", "(us)", 9},    {"hd busbw", "(GB/s)", 9},
+const Column kGlooColumns[] = {{"ring time", "(us)", 9},
+                               {"ring busbw", "(GB/s)", 10},
+                               {"hd time", "(us)", 9},
+                               {"hd busbw", "(GB/s)", 9},
                                {"vs gloo", "", 7}};
-const Column kNcclColumns[] = {{"nccl time", "(us)", 9}, {"nccl busbw", "(GB/s)", 10},
-                               {"vs nccl", "", 7}};
+const Column kNcclColumns[] = {
+    {"nccl time", "(us)", 9}, {"nccl busbw", "(GB/s)", 10}, {"vs nccl", "", 7}};
 
 template <typename Pick>
 void print_header_line(std::ostream& out, bool with_mpi, bool with_gloo, bool with_nccl,
@@ -103,10 +105,10 @@ void print_table_row(std::ostream& out, const ResultRow& row) {
   }
   if (row.has_gloo) {
     const Column* g = kGlooColumns;
-    out << "  " << std::setw(g[0].width) << row.gloo_ring_time_us << "  "
-        << std::setw(g[1].width) << row.gloo_ring_busbw << "  " << std::setw(g[2].width)
-        << row.gloo_hd_time_us << "  " << std::setw(g[3].width) << row.gloo_hd_busbw << "  "
-        << std::setw(g[4].width) << gloo_ratio(row);
+    out << "  " << std::setw(g[0].width) << row.gloo_ring_time_us << "  " << std::setw(g[1].width)
+        << row.gloo_ring_busbw << "  " << std::setw(g[2].width) << row.gloo_hd_time_us << "  "
+        << std::setw(g[3].width) << row.gloo_hd_busbw << "  " << std::setw(g[4].width)
+        << gloo_ratio(row);
   }
   if (row.has_nccl) {
     const Column* c = kNcclColumns;
@@ -190,7 +192,7 @@ void print_table_footer(std::ostream& out, const Summary& s) {
   if (s.has_nccl) {
     label(out, "Avg NCCL busbw") << s.avg_nccl_busbw << " \n";
     label(out, "Median vs NCCL") << s.median_nccl_ratio
-                                  << " (libmwms busbw / raw NCCL busbw = nccl time / time)\n";
+                                 << " (libmwms busbw / raw NCCL busbw = nccl time / time)\n";
     label(out, "Median vs NCCL 16M+");
     if (s.median_nccl_ratio_large < 0) {
       out << "n/a (no row of 16 MiB or more)\n";
@@ -275,12 +277,13 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
 
 namespace {
 
-const Column kBucketColumns[] = {
-    {"tensors", "", 7},          {"size", "(B)", 10},          {"smallest", "(B)", 8},
-    {"largest", "(B)", 8},       {"type", "", 8},              {"redop", "", 5},
-    {"buckets", "", 7},          {"bucket time", "(us)", 11},  {"busbw", "(GB/s)", 7},
-    {"separate time", "(us)", 13}, {"busbw", "(GB/s)", 7},     {"speedup", "", 7},
-    {"#wrong", "", 6}};
+const Column kBucketColumns[] = {{"tensors", "", 7},     {"size", "(B)", 10},
+                                 {"smallest", "(B)", 8}, {"largest", "(B)", 8},
+                                 {"type", "", 8},        {"redop", "", 5},
+                                 {"buckets", "", 7},     {"bucket time", "(us)", 11},
+                                 {"busbw", "(GB/s)", 7}, {"separate time", "(us)", 13},
+                                 {"busbw", "(GB/s)", 7}, {"speedup", "", 7},
+                                 {"#wrong", "", 6}};
 
 }  // namespace
 
@@ -299,11 +302,10 @@ void print_bucket_table(std::ostream& out, const BucketRow& row) {
       << "  " << std::setw(c[2].width) << row.smallest_bytes << "  " << std::setw(c[3].width)
       << row.largest_bytes << "  " << std::setw(c[4].width) << row.type << "  "
       << std::setw(c[5].width) << row.redop << "  " << std::setw(c[6].width) << row.buckets
-      << std::fixed << std::setprecision(2) << "  " << std::setw(c[7].width)
-      << row.bucketed_time_us << "  " << std::setw(c[8].width) << row.bucketed_busbw << "  "
-      << std::setw(c[9].width) << row.separate_time_us << "  " << std::setw(c[10].width)
-      << row.separate_busbw << "  " << std::setw(c[11].width) << bucket_speedup(row) << "  "
-      << std::setw(c[12].width);
+      << std::fixed << std::setprecision(2) << "  " << std::setw(c[7].width) << row.bucketed_time_us
+      << "  " << std::setw(c[8].width) << row.bucketed_busbw << "  " << std::setw(c[9].width)
+      << row.separate_time_us << "  " << std::setw(c[10].width) << row.separate_busbw << "  "
+      << std::setw(c[11].width) << bucket_speedup(row) << "  " << std::setw(c[12].width);
   if (row.wrong < 0) {
     out << "N/A";
   } else {
@@ -312,8 +314,9 @@ void print_bucket_table(std::ostream& out, const BucketRow& row) {
   out << std::defaultfloat << std::setprecision(6) << "\n";
   const std::int64_t wrong = row.wrong > 0 ? row.wrong : 0;
   label(out, "Out of bounds values") << wrong << (wrong == 0 ? " OK" : " FAILED") << "\n";
-  label(out, "Bucket speedup") << bucket_speedup(row)
-                               << " (separate / bucketed time; target >= 5 for 200 tensors, 25 MiB)\n";
+  label(out, "Bucket speedup")
+      << bucket_speedup(row)
+      << " (separate / bucketed time; target >= 5 for 200 tensors, 25 MiB)\n";
   out << "#\n" << std::flush;
 }
 

@@ -29,8 +29,8 @@ struct ResultRow {
   double gloo_ring_busbw = 0;
   double gloo_hd_time_us = 0;    ///< Gloo's AllreduceHalvingDoubling
   double gloo_hd_busbw = 0;
-  bool has_nccl = false;   ///< the --compare nccl columns below are set (--backend nccl)
-  double nccl_time_us = 0; ///< raw NCCL on the same device buffers, same run, same timing
+  bool has_nccl = false;    ///< the --compare nccl columns below are set (--backend nccl)
+  double nccl_time_us = 0;  ///< raw NCCL on the same device buffers, same run, same timing
   double nccl_busbw = 0;
 };
 
@@ -59,7 +59,7 @@ struct Summary {
   double median_gloo_ratio = 0;    ///< median over rows of busbw / Gloo's best busbw
   bool has_nccl = false;           ///< --compare nccl: the values below are set
   double avg_nccl_busbw = 0;
-  double median_nccl_ratio = 0;    ///< median over rows of busbw / raw NCCL busbw
+  double median_nccl_ratio = 0;  ///< median over rows of busbw / raw NCCL busbw
   /// Median of busbw / raw NCCL busbw over the rows of at least kNcclTargetBytes; -1 when the
   /// sweep has none.
   double median_nccl_ratio_large = -1;
@@ -116,12 +116,12 @@ struct BucketRow {
   std::size_t largest_bytes = 0;   ///< the largest tensor
   std::string type;
   std::string redop;
-  std::size_t buckets = 0;         ///< all-reduces the bucketed path makes (1: one NCCL group)
-  double bucketed_time_us = 0;     ///< max over ranks of each rank's median
-  double bucketed_busbw = 0;       ///< GB/s, all-reduce factor 2(n-1)/n
-  double separate_time_us = 0;     ///< one all-reduce per tensor; max over ranks of medians
+  std::size_t buckets = 0;      ///< all-reduces the bucketed path makes (1: one NCCL group)
+  double bucketed_time_us = 0;  ///< max over ranks of each rank's median
+  double bucketed_busbw = 0;    ///< GB/s, all-reduce factor 2(n-1)/n
+  double separate_time_us = 0;  ///< one all-reduce per tensor; max over ranks of medians
   double separate_busbw = 0;
-  std::int64_t wrong = -1;         ///< wrong elements of both paths, summed over ranks; -1 unchecked
+  std::int64_t wrong = -1;  ///< wrong elements of both paths, summed over ranks; -1 unchecked
 };
 
 /// separate time / bucketed time (0 when the bucketed time is 0): issue 6's target is >= 5 for
@@ -134,18 +134,19 @@ void print_bucket_table(std::ostream& out, const BucketRow& row);
 
 /// What bucket_perf's JSON says about the run besides the row.
 struct BucketRunInfo {
-  std::string buffers;     ///< "host" (the strategy over the engine) or "device" (NCCL)
+  std::string buffers;  ///< "host" (the strategy over the engine) or "device" (NCCL)
   int ranks = 0;
-  std::string backend;     ///< asked for: auto, tcp, shm, mpi, nccl
-  std::string describe;    ///< what the communicator says it used
+  std::string backend;             ///< asked for: auto, tcp, shm, mpi, nccl
+  std::string describe;            ///< what the communicator says it used
   std::size_t bytes_per_pack = 0;  ///< the strategy's effective bucket size (0 on the device)
   int iters = 0;
   int warmup_iters = 0;
 };
 /// Writes bucket_perf's JSON array to `path`: one object ("record": "row", "tool": "bucket_perf",
-/// buffers, ranks, backend, describe, tensors, size, smallest, largest, type, redop, bytes_per_pack,
-/// buckets, bucketed_time_us, bucketed_busbw, separate_time_us, separate_busbw, speedup, wrong
-/// (null when unchecked), iters, warmup_iters). @throws mwms::BackendError if unwritable.
+/// buffers, ranks, backend, describe, tensors, size, smallest, largest, type, redop,
+/// bytes_per_pack, buckets, bucketed_time_us, bucketed_busbw, separate_time_us, separate_busbw,
+/// speedup, wrong (null when unchecked), iters, warmup_iters). @throws mwms::BackendError if
+/// unwritable.
 void write_bucket_json(const std::string& path, const BucketRow& row, const BucketRunInfo& info);
 
 }  // namespace mwms::bench

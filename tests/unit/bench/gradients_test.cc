@@ -15,8 +15,8 @@ TEST_CASE("bucket_perf gradients: 200 tensors of exactly 25 MiB, varied", "[benc
   CHECK(std::accumulate(counts.begin(), counts.end(), std::size_t{0}) ==
         (std::size_t{25} << 20) / 4);
   const auto [smallest, largest] = std::minmax_element(counts.begin(), counts.end());
-  CHECK(*smallest >= 64);                // biases: 64 channels and up
-  CHECK(*largest > 1000 * *smallest);    // three orders of magnitude, as a model's
+  CHECK(*smallest >= 64);                        // biases: 64 channels and up
+  CHECK(*largest > 1000 * *smallest);            // three orders of magnitude, as a model's
   CHECK(*largest * 4 < (std::size_t{4} << 20));  // no tensor alone fills a default bucket
   // Odd tensors are biases: far smaller than the weight beside them.
   for (std::size_t t = 1; t < counts.size(); t += 2) CHECK(counts[t] < counts[t - 1]);
@@ -43,8 +43,8 @@ TEST_CASE("bucket_perf buckets: greedy packing, a large tensor alone", "[bench]"
   using mwms::bench::count_buckets;
   CHECK(count_buckets({}, 100) == 0);
   CHECK(count_buckets({10, 20, 30}, 100) == 1);
-  CHECK(count_buckets({60, 50, 40}, 100) == 2);      // 60 | 50+40
-  CHECK(count_buckets({30, 200, 30, 30}, 100) == 3); // 30 | 200 alone | 30+30
+  CHECK(count_buckets({60, 50, 40}, 100) == 2);       // 60 | 50+40
+  CHECK(count_buckets({30, 200, 30, 30}, 100) == 3);  // 30 | 200 alone | 30+30
   CHECK(count_buckets({100, 1}, 100) == 2);
   const auto counts = mwms::bench::model_like_counts(200, std::size_t{25} << 20, 4);
   std::vector<std::size_t> bytes;

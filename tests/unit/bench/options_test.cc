@@ -110,7 +110,8 @@ TEST_CASE("bench flags: --backend nccl with --compare nccl, not with mpi or gloo
 TEST_CASE("bucket_perf flags: defaults are issue 6's 200 tensors of 25 MiB", "[bench]") {
   Argv none({});
   int status = -1;
-  auto o = mwms::bench::parse_bucket_options(none.argc(), none.argv(), "bucket_perf", false, &status);
+  auto o =
+      mwms::bench::parse_bucket_options(none.argc(), none.argv(), "bucket_perf", false, &status);
   REQUIRE(o);
   CHECK(o->tensors == 200);
   CHECK(o->total_bytes == std::size_t{25} << 20);
@@ -131,11 +132,10 @@ TEST_CASE("bucket_perf flags: defaults are issue 6's 200 tensors of 25 MiB", "[b
   CHECK(o->warmup_iters == 0);
   CHECK(o->json_path == "/tmp/x.json");
 
-  for (auto bad : {std::vector<const char*>{"--backend", "shmm"},
-                   std::vector<const char*>{"-t", "0"},
-                   std::vector<const char*>{"-t", "300", "-s", "1K"},  // fewer elements than tensors
-                   std::vector<const char*>{"-n", "0"},
-                   std::vector<const char*>{"-s", "12Q"}}) {
+  for (auto bad :
+       {std::vector<const char*>{"--backend", "shmm"}, std::vector<const char*>{"-t", "0"},
+        std::vector<const char*>{"-t", "300", "-s", "1K"},  // fewer elements than tensors
+        std::vector<const char*>{"-n", "0"}, std::vector<const char*>{"-s", "12Q"}}) {
     std::vector<std::string> words{"bucket_perf"};
     for (const char* w : bad) words.emplace_back(w);
     std::vector<char*> argv;

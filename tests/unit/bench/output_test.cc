@@ -105,12 +105,13 @@ TEST_CASE("bench table: --compare nccl columns, ratio and the 16 MiB footer line
 
   const auto summary = mwms::bench::summarize(rows);
   CHECK(summary.has_nccl);
-  CHECK(summary.median_nccl_ratio == Approx(0.98));          // of 0.25, 0.98, 0.98
-  CHECK(summary.median_nccl_ratio_large == Approx(0.98));    // the two rows from 16 MiB
+  CHECK(summary.median_nccl_ratio == Approx(0.98));        // of 0.25, 0.98, 0.98
+  CHECK(summary.median_nccl_ratio_large == Approx(0.98));  // the two rows from 16 MiB
   std::ostringstream footer;
   mwms::bench::print_table_footer(footer, summary);
-  CHECK(footer.str().find("# Median vs NCCL 16M+  : 0.98 (rows of 16 MiB or more; target >= 0.97)") !=
-        std::string::npos);
+  CHECK(
+      footer.str().find("# Median vs NCCL 16M+  : 0.98 (rows of 16 MiB or more; target >= 0.97)") !=
+      std::string::npos);
 
   rows.resize(1);  // only small rows: no target line value
   std::ostringstream small;
