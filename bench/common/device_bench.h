@@ -3,7 +3,8 @@
 // whose unique id rank 0 broadcasts through the DeviceCommunicator (so any launcher works:
 // mpirun, TF_CONFIG, a single process). Two implementations of this header exist and CMake
 // compiles exactly one: device_bench.cc (a build with NCCL: CUDA runtime and NCCL) and
-// device_bench_none.cc (without), so no #if is needed anywhere in the bench.
+// device_bench_none.cc (without), so no #if is needed anywhere in the bench. The sweep itself is
+// device_sweep.cc, over a table of device calls that device_bench.cc fills.
 //
 // Note [device timing]: a row's time on the device is nccl-tests' own measure: after a barrier,
 // the n timed calls are enqueued back to back on one stream and the clock stops when the last
