@@ -1,6 +1,6 @@
-// device_bench.h with NCCL: the --backend nccl sweep and bucket_perf's device path. Uses the
-// public DeviceCommunicator for "ours", and the CUDA runtime and NCCL directly for the buffers
-// and for raw NCCL (--compare nccl), never libmwms internals.
+// device_bench.h with NCCL: the device::Runtime of device_sweep.h over the CUDA runtime (buffers,
+// stream, copies) and NCCL itself (raw NCCL for --compare nccl), and the public
+// DeviceCommunicator for "ours"; never libmwms internals.
 #include "common/device_bench.h"
 
 #include <cuda_runtime.h>
@@ -9,15 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <iostream>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "common/device_sweep.h"
-#include "common/statistics.h"
-#include "common/timing.h"
-#include "common/verification.h"
 #include "mwms/mwms.h"
 
 namespace mwms::bench::device {
