@@ -197,8 +197,8 @@ int run_sweep(FakeComm& comm, const mwms::bench::BenchOptions& o, std::string* o
 
 }  // namespace
 
-TEST_CASE("device sweep: checked rows, raw NCCL timed on the same buffer, nccl columns",
-          "[bench]") {
+TEST_CASE("device sweep: checked rows and raw NCCL timed on the same buffer with nccl columns",
+          "[unit][bench]") {
   record = Record{};
   FakeComm comm;
   comm.expected_stream = &stream_token;
@@ -239,7 +239,8 @@ TEST_CASE("device sweep: checked rows, raw NCCL timed on the same buffer, nccl c
   CHECK(j[4]["describe"] == "fake nccl (device 0, world size 1)");
 }
 
-TEST_CASE("device sweep: a wrong element copied back is counted and fails the run", "[bench]") {
+TEST_CASE("device sweep: a wrong element copied back is counted and fails the run",
+          "[unit][bench]") {
   record = Record{};
   FakeComm comm;
   comm.expected_stream = &stream_token;
@@ -256,7 +257,8 @@ TEST_CASE("device sweep: a wrong element copied back is counted and fails the ru
   CHECK(record.live_allocations == 0);
 }
 
-TEST_CASE("device sweep: --root beyond the world is refused before any collective", "[bench]") {
+TEST_CASE("device sweep: --root beyond the world is refused before any collective",
+          "[unit][bench]") {
   record = Record{};
   FakeComm comm;
   comm.expected_stream = &stream_token;
@@ -271,7 +273,7 @@ TEST_CASE("device sweep: --root beyond the world is refused before any collectiv
 }
 
 TEST_CASE("device buckets: one all_reduce_bucket of every tensor against one call per tensor",
-          "[bench]") {
+          "[unit][bench]") {
   record = Record{};
   FakeComm comm;
   comm.expected_stream = &stream_token;

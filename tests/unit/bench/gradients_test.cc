@@ -9,7 +9,7 @@
 
 #include "mwms/errors.h"
 
-TEST_CASE("bucket_perf gradients: 200 tensors of exactly 25 MiB, varied", "[bench]") {
+TEST_CASE("bucket_perf gradients: 200 varied tensors of exactly 25 MiB", "[unit][bench]") {
   const auto counts = mwms::bench::model_like_counts(200, std::size_t{25} << 20, 4);
   REQUIRE(counts.size() == 200);
   CHECK(std::accumulate(counts.begin(), counts.end(), std::size_t{0}) ==
@@ -23,7 +23,7 @@ TEST_CASE("bucket_perf gradients: 200 tensors of exactly 25 MiB, varied", "[benc
   CHECK(counts == mwms::bench::model_like_counts(200, std::size_t{25} << 20, 4));  // deterministic
 }
 
-TEST_CASE("bucket_perf gradients: odd counts, tiny totals, refusals", "[bench]") {
+TEST_CASE("bucket_perf gradients: odd counts and tiny totals and refusals", "[unit][bench]") {
   for (std::size_t tensors : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{50}}) {
     for (std::size_t total : {std::size_t{4} * tensors, std::size_t{1000}, std::size_t{1} << 20}) {
       if (total < 4 * tensors) continue;
@@ -39,7 +39,7 @@ TEST_CASE("bucket_perf gradients: odd counts, tiny totals, refusals", "[bench]")
   CHECK_THROWS_AS(mwms::bench::model_like_counts(10, 1024, 0), mwms::InvalidArgument);
 }
 
-TEST_CASE("bucket_perf buckets: greedy packing, a large tensor alone", "[bench]") {
+TEST_CASE("bucket_perf buckets: greedy packing with a large tensor alone", "[unit][bench]") {
   using mwms::bench::count_buckets;
   CHECK(count_buckets({}, 100) == 0);
   CHECK(count_buckets({10, 20, 30}, 100) == 1);

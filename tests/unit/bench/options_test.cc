@@ -46,7 +46,7 @@ std::string invalid_argument(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("bench --compare: lists of mpi, gloo, nccl, or none", "[bench]") {
+TEST_CASE("bench --compare: lists of mpi and gloo and nccl or none", "[unit][bench]") {
   const auto set = mwms::bench::parse_compare("mpi,gloo");
   CHECK(set.mpi);
   CHECK(set.gloo);
@@ -59,7 +59,7 @@ TEST_CASE("bench --compare: lists of mpi, gloo, nccl, or none", "[bench]") {
   CHECK_FALSE(none.nccl);
 }
 
-TEST_CASE("bench --compare: a typo names the value and every valid one", "[bench]") {
+TEST_CASE("bench --compare: a typo names the value and every valid one", "[unit][bench]") {
   const std::string message = invalid_argument("mpii");
   CHECK(message.find("'mpii'") != std::string::npos);
   for (const char* valid : {"mpi", "gloo", "nccl", "none"}) {
@@ -70,7 +70,7 @@ TEST_CASE("bench --compare: a typo names the value and every valid one", "[bench
   CHECK(invalid_argument("mpi,glo").find("'glo'") != std::string::npos);
 }
 
-TEST_CASE("bench flags: a bad --compare or --backend exits 2, not CLI11's 105", "[bench]") {
+TEST_CASE("bench flags: a bad --compare or --backend exits 2 and not 105", "[unit][bench]") {
   int status = 0;
   CHECK_FALSE(parse({"--compare", "mpii"}, &status));
   CHECK(status == 2);
@@ -82,7 +82,8 @@ TEST_CASE("bench flags: a bad --compare or --backend exits 2, not CLI11's 105", 
   CHECK(status == 0);
 }
 
-TEST_CASE("bench flags: --backend nccl with --compare nccl, not with mpi or gloo", "[bench]") {
+TEST_CASE("bench flags: --backend nccl with --compare nccl and not with mpi or gloo",
+          "[unit][bench]") {
   int status = 0;
   auto o = parse({"--backend", "nccl", "--compare", "nccl", "-b", "8", "-e", "1G"}, &status);
   REQUIRE(o);
@@ -107,7 +108,7 @@ TEST_CASE("bench flags: --backend nccl with --compare nccl, not with mpi or gloo
   CHECK(mwms::bench::transport_choice(*o) == mwms::TransportChoice::kTcp);
 }
 
-TEST_CASE("bucket_perf flags: defaults are issue 6's 200 tensors of 25 MiB", "[bench]") {
+TEST_CASE("bucket_perf flags: defaults are issue 6's 200 tensors of 25 MiB", "[unit][bench]") {
   Argv none({});
   int status = -1;
   auto o =

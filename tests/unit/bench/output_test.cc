@@ -44,7 +44,7 @@ ResultRow row_of(std::size_t bytes, double time_us, double busbw) {
 
 }  // namespace
 
-TEST_CASE("bench table: Gloo columns carry each algorithm's time, like MPI's", "[bench]") {
+TEST_CASE("bench table: Gloo columns carry each algorithm's time like MPI's", "[unit][bench]") {
   std::ostringstream out;
   mwms::bench::print_table_header(out, true, true);
   ResultRow r = row_of(1024, 10.0, 2.0);
@@ -77,7 +77,8 @@ TEST_CASE("bench table: Gloo columns carry each algorithm's time, like MPI's", "
   CHECK(values[15] == "2.50");  // 2.0 / max(0.5, 0.8)
 }
 
-TEST_CASE("bench table: --compare nccl columns, ratio and the 16 MiB footer line", "[bench]") {
+TEST_CASE("bench table: --compare nccl columns and ratio and the 16 MiB footer line",
+          "[unit][bench]") {
   std::vector<ResultRow> rows;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{16} << 20, std::size_t{64} << 20}) {
     const bool large = bytes >= (std::size_t{16} << 20);
@@ -119,7 +120,7 @@ TEST_CASE("bench table: --compare nccl columns, ratio and the 16 MiB footer line
   CHECK(small.str().find("n/a (no row of 16 MiB or more)") != std::string::npos);
 }
 
-TEST_CASE("bench JSON: nccl keys in rows and summary", "[bench]") {
+TEST_CASE("bench JSON: nccl keys in rows and summary", "[unit][bench]") {
   ResultRow r = row_of(std::size_t{32} << 20, 100.0, 90.0);
   r.has_nccl = true;
   r.nccl_time_us = 90.0;  // one rank: busbw 0 on both sides, the ratio still 0.9
@@ -143,7 +144,7 @@ TEST_CASE("bench JSON: nccl keys in rows and summary", "[bench]") {
   CHECK(j[1]["median_nccl_ratio_16m"].get<double>() == Approx(0.9));
 }
 
-TEST_CASE("bucket_perf: row, speedup footer and JSON", "[bench]") {
+TEST_CASE("bucket_perf: row and speedup footer and JSON", "[unit][bench]") {
   mwms::bench::BucketRow row;
   row.tensors = 200;
   row.bytes = 26214400;
