@@ -67,6 +67,7 @@ const CollectiveDescriptor kAllGather = {
     /*uses_op=*/false,
     /*uses_root=*/false,
     /*gloo_all_reduce=*/false,
+    /*device=*/DeviceCollective::kAllGather,
 };
 
 }  // namespace mwms::bench

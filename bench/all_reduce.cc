@@ -58,6 +58,7 @@ const CollectiveDescriptor kAllReduce = {
     /*uses_op=*/true,
     /*uses_root=*/false,
     /*gloo_all_reduce=*/true,
+    /*device=*/DeviceCollective::kAllReduce,
 };
 
 }  // namespace mwms::bench

@@ -60,6 +60,7 @@ const CollectiveDescriptor kBroadcast = {
     /*uses_op=*/false,
     /*uses_root=*/true,
     /*gloo_all_reduce=*/false,
+    /*device=*/DeviceCollective::kBroadcast,
 };
 
 }  // namespace mwms::bench

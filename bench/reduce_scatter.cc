@@ -63,6 +63,7 @@ const CollectiveDescriptor kReduceScatter = {
     /*uses_op=*/true,
     /*uses_root=*/false,
     /*gloo_all_reduce=*/false,
+    /*device=*/DeviceCollective::kReduceScatter,
 };
 
 }  // namespace mwms::bench

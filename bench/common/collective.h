@@ -23,6 +23,10 @@ struct CallShape {
   int root;  ///< broadcast's root (--root); 0 for the others
 };
 
+/// Which DeviceCommunicator (and raw NCCL) collective a tool times under --backend nccl; the
+/// device driver (device_bench.cc) runs it in place with the same buffer layout as `run`.
+enum class DeviceCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+
 struct CollectiveDescriptor {
   /// Name in the banner and in the JSON "collective" key, e.g. "all_reduce".
   const char* name;
@@ -66,6 +70,8 @@ struct CollectiveDescriptor {
   bool uses_root;
   /// True where --compare gloo times Gloo's all-reduce algorithms (all_reduce only).
   bool gloo_all_reduce;
+  /// The collective under --backend nccl (device buffers, DeviceCommunicator and raw NCCL).
+  DeviceCollective device;
 };
 
 /// Helpers for collectives whose buffer is world_size blocks of `count` elements (all-gather,

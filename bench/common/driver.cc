@@ -1,7 +1,8 @@
 // The shared driver of every *_perf tool: bootstrap, one sweep over message sizes, and for each
 // size: check (first iteration), warm-up, timed iterations, the same for MPI under --compare mpi
 // and for Gloo's two all-reduce algorithms (on libmwms's own buffer) under --compare gloo, then
-// one row reduced across ranks. See bench/README.md for what the columns mean.
+// one row reduced across ranks. --backend nccl hands the sweep to device_bench.h (device
+// buffers, --compare nccl). See bench/README.md for what the columns mean.
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/collective.h"
+#include "common/device_bench.h"
 #include "common/gloo_baseline.h"
 #include "common/mpi_baseline.h"
 #include "common/options.h"
@@ -218,9 +220,11 @@ class Sweep {
               << comm_.describe() << "\n";
     if (options_.compare_mpi) print_mpi_banner();
     if (options_.compare_gloo) {
-      std::cout << "# Gloo: " << gloo_baseline::library_version()
-                << ": AllreduceRingChunked (ring busbw) and AllreduceHalvingDoubling (hd busbw) on"
-                << " the same buffer; vs gloo = busbw / the better of the two\n";
+      std::cout
+          << "# Gloo: " << gloo_baseline::library_version()
+          << ": AllreduceRingChunked (ring time, ring busbw) and AllreduceHalvingDoubling (hd time,"
+          << " hd busbw) on"
+          << " the same buffer; vs gloo = busbw / the better of the two\n";
     }
     std::cout << "# Ranks: " << comm_.world_size() << " (" << cluster.source_detail << ")\n";
     for (int r = 0; r < comm_.world_size(); ++r) {
@@ -229,7 +233,7 @@ class Sweep {
       std::cout << "\n";
     }
     std::cout << "#\n";
-    print_table_header(std::cout, options_.compare_mpi, options_.compare_gloo);
+    print_table_header(std::cout, options_.compare_mpi, options_.compare_gloo, false);
   }
 
   std::string compared() const {
@@ -338,12 +342,36 @@ int run_bench(int argc, char** argv, const CollectiveDescriptor& collective) {
       parse_options(argc, argv, program, launcher_rank() == 0, &status,
                     ToolFlags{collective.uses_root, collective.uses_op});
   if (!options) return status;
+  if (device_backend(*options)) {
+    // Refused before anything starts, by every rank alike: a build without NCCL is a usage error
+    // (2); a machine without a usable GPU is this run's failure (1), said plainly.
+    const bool print = launcher_rank() == 0;
+    if (!device::built_with_nccl()) {
+      if (print) {
+        std::cerr << program << ": --backend nccl: this build has no NCCL (libmwms was built "
+                  << "without CUDA/NCCL: configure with -DMWMS_WITH_CUDA=ON where CUDA and NCCL "
+                  << "are installed); host buffers: --backend auto|tcp|shm|mpi\n";
+      }
+      return 2;
+    }
+    const std::string reason = device::no_device_reason();
+    if (!reason.empty()) {
+      std::cerr << program + ": " +
+                       (under_mpirun ? "mpi rank " + std::to_string(launcher_rank()) + ": " : "") +
+                       "--backend nccl needs a CUDA device (one per rank) and this machine has "
+                       "none usable: " +
+                       reason + "\n"
+                << std::flush;
+      return 1;
+    }
+  }
   try {
     check_compare_mpi(collective, *options);
     check_compare_gloo(collective, *options);
     // MPI first, so that libmwms finds it initialised and bootstraps through it.
     if (under_mpirun && mpi::built_with_mpi()) mpi::init(requested_backend(*options) == "mpi");
-    status = run_with_communicator(collective, *options);
+    status = device_backend(*options) ? device::run_sweep(collective, *options)
+                                      : run_with_communicator(collective, *options);
   } catch (const std::exception& e) {
     // One write, so that lines from several ranks do not interleave.
     std::string line = program + ": ";

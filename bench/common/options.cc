@@ -47,12 +47,59 @@ std::size_t next_size(std::size_t bytes, double factor) {
   return static_cast<std::size_t>(next);
 }
 
+bool device_backend(const BenchOptions& options) { return options.backend == "nccl"; }
+
+CompareSet parse_compare(std::string_view text) {
+  // Checked here rather than with CLI11's IsMember, whose error lists the set with its own commas
+  // ("{mpi,gloo,mpi,gloo,...}") and exits 105: a typo is a usage error (status 2) like any other.
+  const auto refuse = [&](const std::string& why) {
+    return InvalidArgument("--compare '" + std::string(text) + "': " + why +
+                           " (valid: mpi, gloo, nccl, a comma-separated list of them such as "
+                           "mpi,gloo, or none)");
+  };
+  CompareSet set;
+  bool none = false;
+  std::size_t items = 0;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    ++items;
+    if (item == "mpi") {
+      set.mpi = true;
+    } else if (item == "gloo") {
+      set.gloo = true;
+    } else if (item == "nccl") {
+      set.nccl = true;
+    } else if (item == "none") {
+      none = true;
+    } else if (item.empty()) {
+      throw refuse("empty item");
+    } else {
+      throw refuse("unknown implementation '" + std::string(item) + "'");
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (none && items > 1) throw refuse("none cannot be combined with another");
+  return set;
+}
+
+void check_backend(std::string_view text) {
+  for (const char* valid : {"auto", "tcp", "shm", "mpi", "nccl"}) {
+    if (text == valid) return;
+  }
+  throw InvalidArgument("--backend '" + std::string(text) +
+                        "': not a backend (valid: auto, tcp, shm, mpi, nccl)");
+}
+
 TransportChoice transport_choice(const BenchOptions& options) {
   if (options.backend == "auto") return TransportChoice::kAuto;
   if (options.backend == "tcp") return TransportChoice::kTcp;
   if (options.backend == "shm") return TransportChoice::kShm;
   if (options.backend == "mpi") return TransportChoice::kMpi;
-  return TransportChoice::kFromEnvironment;  // flag absent (CLI11 refuses any other value)
+  return TransportChoice::kFromEnvironment;  // flag absent, or nccl (no engine transport)
 }
 
 std::string requested_backend(const BenchOptions& options) {
@@ -72,6 +119,15 @@ void validate(const BenchOptions& o) {
   if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
   if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
   if (o.root < 0) throw InvalidArgument("--root must be >= 0");
+  const bool device = o.backend == "nccl";
+  if (o.compare_nccl && !device) {
+    throw InvalidArgument(
+        "--compare nccl times raw NCCL on device buffers: it needs --backend nccl");
+  }
+  if (device && (o.compare_mpi || o.compare_gloo)) {
+    throw InvalidArgument(std::string("--compare ") + (o.compare_mpi ? "mpi" : "gloo") +
+                          " times host buffers: with --backend nccl only --compare nccl applies");
+  }
 }
 
 }  // namespace
@@ -99,15 +155,17 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
   CLI::Option* op_flag =
       app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
   if (!tool.with_op) op_flag->group("");
-  app.add_option("--backend,--transport", o.backend,
-                 "Transport of libmwms's links: auto (the default users get: shared memory on one "
-                 "host, TCP between hosts), tcp, shm or mpi; absent: MWMS_TRANSPORT")
-      ->check(CLI::IsMember({"auto", "tcp", "shm", "mpi"}));
-  app.add_option("--compare", compare,
-                 "Also time these implementations in the same run: mpi (MPI's collective, under "
-                 "mpirun), gloo (Gloo's ring-chunked and halving-doubling all-reduce over its TCP "
-                 "transport), mpi,gloo, or none")
-      ->check(CLI::IsMember({"mpi", "gloo", "mpi,gloo", "gloo,mpi", "none"}));
+  CLI::Option* backend_flag = app.add_option(
+      "--backend,--transport", o.backend,
+      "Transport of libmwms's links: auto (the default users get: shared memory on one host, TCP "
+      "between hosts), tcp, shm or mpi; or nccl (device buffers through DeviceCommunicator, one "
+      "GPU per rank); absent: MWMS_TRANSPORT");
+  CLI::Option* compare_flag = app.add_option(
+      "--compare", compare,
+      "Also time these implementations in the same run: mpi (MPI's collective, under mpirun), "
+      "gloo (Gloo's ring-chunked and halving-doubling all-reduce over its TCP transport), nccl "
+      "(raw NCCL on the same device buffers, with --backend nccl), a comma-separated list such as "
+      "mpi,gloo, or none");
   app.add_option("--gloo-store", o.gloo_store,
                  "Directory (shared by every rank) for Gloo's file-store rendezvous")
       ->capture_default_str();
@@ -126,8 +184,13 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
     o.max_bytes = parse_byte_size(max_bytes);
     o.dtype = parse_dtype(dtype);
     o.op = parse_reduce_op(op);
-    o.compare_mpi = compare.find("mpi") != std::string::npos;
-    o.compare_gloo = compare.find("gloo") != std::string::npos;
+    if (backend_flag->count() > 0) check_backend(o.backend);
+    if (compare_flag->count() > 0) {
+      const CompareSet set = parse_compare(compare);
+      o.compare_mpi = set.mpi;
+      o.compare_gloo = set.gloo;
+      o.compare_nccl = set.nccl;
+    }
     validate(o);
     if (o.backend == "mpi") {  // a world of one has no links: nothing would go over MPI
       const auto sources = inspect_environment().sources;
@@ -140,6 +203,64 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
     }
   } catch (const CLI::ParseError& e) {
     // CLI11 prints --help to stdout and errors to stderr; exit() gives their status.
+    std::ostringstream out, err;
+    *exit_status = app.exit(e, out, err);
+    if (print) {
+      std::cout << out.str() << std::flush;
+      std::cerr << err.str() << std::flush;
+    }
+    return std::nullopt;
+  } catch (const Error& e) {
+    if (print) std::cerr << program << ": " << e.message() << "\n";
+    *exit_status = 2;
+    return std::nullopt;
+  }
+  return o;
+}
+
+std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::string_view program,
+                                                  bool print, int* exit_status) {
+  BucketOptions o;
+  std::string size = "25M", dtype = "float32", op = "sum", bytes_per_pack = "0";
+  CLI::App app{std::string(program) +
+               ": many small gradient tensors all-reduced through the strategy's buckets against "
+               "one all-reduce per tensor"};
+  app.add_option("-t,--tensors", o.tensors, "Gradient tensors (sizes like a CNN's)")
+      ->capture_default_str();
+  app.add_option("-s,--size", size, "All tensors together, in bytes (K/M/G ok)")
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "Timed iterations of each path")->capture_default_str();
+  app.add_option("-w,--warmup_iters,--warmup", o.warmup_iters, "Untimed iterations of each path")
+      ->capture_default_str();
+  app.add_option("-c,--check", o.check, "Verify both paths' first result exactly (0/1)")
+      ->capture_default_str();
+  app.add_option("-d,--datatype,--dtype", dtype, "float32|float64|float16|bfloat16|int32|int64")
+      ->capture_default_str();
+  app.add_option("-o,--op", op, "sum|mean|min|max|prod")->capture_default_str();
+  CLI::Option* backend_flag = app.add_option(
+      "--backend,--transport", o.backend,
+      "auto, tcp, shm or mpi: host buffers through MultiWorkerMirroredStrategy (the transport "
+      "of its links); nccl: device buffers through DeviceCommunicator; absent: MWMS_TRANSPORT");
+  app.add_option("--bytes-per-pack", bytes_per_pack,
+                 "Bucket size of the strategy (K/M/G ok); 0: MWMS_BYTES_PER_PACK (default 4M)")
+      ->capture_default_str();
+  app.add_option("--json", o.json_path, "Write the row as a JSON array to this file");
+  try {
+    app.parse(argc, argv);
+    if (backend_flag->count() > 0) check_backend(o.backend);
+    o.total_bytes = parse_byte_size(size);
+    o.bytes_per_pack = parse_byte_size(bytes_per_pack);
+    o.dtype = parse_dtype(dtype);
+    o.op = parse_reduce_op(op);
+    if (o.tensors < 1) throw InvalidArgument("--tensors must be >= 1");
+    if (o.total_bytes / dtype_size(o.dtype) < o.tensors) {
+      throw InvalidArgument("--size " + std::to_string(o.total_bytes) + " holds fewer " +
+                            std::string(to_string(o.dtype)) + " elements than --tensors " +
+                            std::to_string(o.tensors));
+    }
+    if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
+    if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
+  } catch (const CLI::ParseError& e) {
     std::ostringstream out, err;
     *exit_status = app.exit(e, out, err);
     if (print) {

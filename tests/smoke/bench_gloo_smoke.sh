@@ -29,7 +29,7 @@ for key in mpi_busbw ratio gloo_ring_time_us gloo_ring_busbw gloo_hd_time_us glo
   grep -q "\"$key\"" "$work/ar.json" || { echo "FAIL: JSON key $key missing"; cat "$work/ar.json"; exit 1; }
 done
 if grep -Eq '"wrong": *[1-9]' "$work/ar.json"; then echo "FAIL: wrong results"; exit 1; fi
-grep -q "ring busbw   hd busbw  vs gloo" "$work/mpi.log" || { echo "FAIL: no Gloo columns"; cat "$work/mpi.log"; exit 1; }
+grep -q "ring time  ring busbw    hd time   hd busbw  vs gloo" "$work/mpi.log" || { echo "FAIL: no Gloo columns"; cat "$work/mpi.log"; exit 1; }
 grep -Eq "^# Median vs Gloo best  : [0-9.e+-]+ " "$work/mpi.log" ||
   { echo "FAIL: no Gloo footer"; cat "$work/mpi.log"; exit 1; }
 # Every row has a positive Gloo busbw for both algorithms (they ran, on 2 ranks).
