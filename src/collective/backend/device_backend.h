@@ -6,11 +6,15 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/socket.h"
 #include "mwms/communicator.h"
+#include "mwms/errors.h"
 #include "mwms/types.h"
 
 namespace mwms::collective {
@@ -48,6 +52,59 @@ class PollBackoff {
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+/// "0.3 s", "300 s": three significant digits, so a limit measured a few microseconds after it
+/// was set still prints as the value that was configured.
+std::string seconds_text(double seconds);
+
+/// The Work of every device backend (NCCL, the NCCL replica group, host-staged): completion is
+/// found by polling (CUDA events, NCCL's asynchronous error), so test() and wait() are the same
+/// loop everywhere and a subclass only says what one look is (poll()). Thread safety: test() and
+/// wait() may be called from any thread; poll() runs under the Work's mutex.
+class PolledDeviceWork : public Work {
+ public:
+  /// Under the mutex: done, or one more look. Never throws.
+  bool test() noexcept final;
+  /// Polls with PollBackoff until poll() reports completion or failure, for at most
+  /// `timeout_seconds` (<= 0: the collective's own timeout), then rethrows the failure if any.
+  /// @throws the collective's error (BackendError, PeerError, TimeoutError: its own deadline
+  ///   passed, so the backend aborted), TimeoutError (this wait's limit passed while the
+  ///   collective still runs under its own deadline).
+  void wait(double timeout_seconds) final;
+
+ protected:
+  /// `label` names the backend in messages ("nccl", "host-staged", ...); `ctx` the collective
+  /// (op, seq); `timeout` its deadline's length in seconds, the default limit of wait().
+  PolledDeviceWork(std::string label, ErrorContext ctx, double timeout)
+      : label_(std::move(label)), ctx_(std::move(ctx)), timeout_(timeout) {}
+
+  /// One look at the collective; returns true once it completed (finish(nullptr)) or failed
+  /// (finish(error)), false while it runs. Called with the mutex held, never after finish().
+  virtual bool poll() noexcept = 0;
+  /// Marks the Work done with `error` (nullptr: success); returns true. Caller holds the mutex.
+  bool finish(std::exception_ptr error) noexcept {
+    done_ = true;
+    error_ = std::move(error);
+    return true;
+  }
+  /// The collective's ErrorContext with timeout_seconds set to its deadline's length.
+  ErrorContext timeout_context() const {
+    ErrorContext c = ctx_;
+    c.timeout_seconds = timeout_;
+    return c;
+  }
+
+  const std::string label_;
+  const ErrorContext ctx_;
+  const double timeout_;
+
+ private:
+  bool look() noexcept { return done_ || poll(); }
+
+  std::mutex mutex_;
+  bool done_ = false;
+  std::exception_ptr error_;
 };
 
 /// A backend for device buffers. One thread at a time calls launch(); Work handles may be used

@@ -18,59 +18,22 @@ using Backoff = PollBackoff;  // device_backend.h
 
 const char* or_empty(const char* s) { return s ? s : ""; }
 
-// "0.3 s", "300 s": three significant digits, so a limit measured a few microseconds after it
-// was set still prints as the value that was configured.
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", s);
-  return buf;
-}
 
 // A Work over a CUDA event recorded after the collective (Note [nccl deadlines]).
-class NcclWork final : public Work {
+class NcclWork final : public PolledDeviceWork {
  public:
   NcclWork(std::shared_ptr<NcclShared> shared, NcclEvent event, Deadline deadline,
            ErrorContext ctx, double timeout)
-      : shared_(std::move(shared)), event_(event), deadline_(deadline), ctx_(std::move(ctx)),
-        timeout_(timeout) {}
+      : PolledDeviceWork("nccl", std::move(ctx), timeout), shared_(std::move(shared)),
+        event_(event), deadline_(deadline) {}
 
   ~NcclWork() override {
     if (event_ != nullptr) shared_->api->event_destroy(event_);
   }
 
-  bool test() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return poll();
-  }
-
-  void wait(double timeout_seconds) override {
-    const double limit = timeout_seconds > 0 ? timeout_seconds : timeout_;
-    const Deadline wait_deadline = common::deadline_after(limit);
-    Backoff backoff;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (poll()) {
-          if (error_) std::rethrow_exception(error_);
-          return;
-        }
-      }
-      if (Clock::now() > wait_deadline) {
-        ErrorContext ctx = ctx_;
-        ctx.timeout_seconds = limit;
-        throw TimeoutError("Work::wait: nccl " + ctx_.op + " seq " + std::to_string(ctx_.seq) +
-                               " not complete after " + seconds_text(limit) +
-                               " (it keeps running under its own deadline)",
-                           ctx);
-      }
-      backoff.pause();
-    }
-  }
-
  private:
-  // One look at the collective; true once it completed or failed. Caller holds mutex_.
-  bool poll() noexcept {
-    if (done_) return true;
+  // One look at the collective (Note [nccl deadlines]).
+  bool poll() noexcept override {
     const NcclApi& api = *shared_->api;
     if (std::exception_ptr cause = shared_->failure()) return finish(cause);
     const int q = api.event_query(event_);
@@ -87,8 +50,7 @@ class NcclWork final : public Work {
       return fail(to_error(api, NativeSource::kNccl, async, "nccl " + ctx_.op, shared_->comm, ctx_));
     }
     if (Clock::now() > deadline_) {
-      ErrorContext ctx = ctx_;
-      ctx.timeout_seconds = timeout_;
+      ErrorContext ctx = timeout_context();
       ctx.elapsed_seconds = timeout_ - common::seconds_left(deadline_);
       return fail(std::make_exception_ptr(TimeoutError(
           "nccl " + ctx_.op + " seq " + std::to_string(ctx_.seq) + " did not complete within " +
@@ -104,20 +66,9 @@ class NcclWork final : public Work {
     return finish(shared_->failure());
   }
 
-  bool finish(std::exception_ptr error) noexcept {
-    done_ = true;
-    error_ = error;
-    return true;
-  }
-
   std::shared_ptr<NcclShared> shared_;
   NcclEvent event_;
   Deadline deadline_;
-  ErrorContext ctx_;
-  double timeout_;
-  std::mutex mutex_;
-  bool done_ = false;
-  std::exception_ptr error_;
 };
 
 }  // namespace

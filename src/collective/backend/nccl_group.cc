@@ -17,40 +17,20 @@ using common::Deadline;
 // NCCL refuses more operations than this between ncclGroupStart and ncclGroupEnd.
 constexpr std::size_t kMaxGroupCalls = 2048;
 
-// As NcclBackend's polling: yield for the first millisecond, then sleep 50 us.
-class Backoff {
- public:
-  void pause() {
-    if (Clock::now() - start_ < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  Clock::time_point start_ = Clock::now();
-};
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", s);
-  return buf;
-}
+using Backoff = PollBackoff;  // device_backend.h
 
 std::string replica_text(int r) { return "local replica " + std::to_string(r); }
 
 // A Work over the K events of one grouped launch (Note [nccl replica group]).
-class GroupWork final : public Work {
+class GroupWork final : public PolledDeviceWork {
  public:
   GroupWork(std::shared_ptr<NcclGroupShared> shared, std::vector<NcclEvent> events,
             Deadline deadline, ErrorContext ctx, double timeout)
-      : shared_(std::move(shared)),
+      : PolledDeviceWork("nccl replica group", std::move(ctx), timeout),
+        shared_(std::move(shared)),
         events_(std::move(events)),
         pending_(events_.size(), true),
-        deadline_(deadline),
-        ctx_(std::move(ctx)),
-        timeout_(timeout) {}
+        deadline_(deadline) {}
 
   ~GroupWork() override {
     for (NcclEvent e : events_) {
@@ -58,40 +38,9 @@ class GroupWork final : public Work {
     }
   }
 
-  bool test() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return poll();
-  }
-
-  void wait(double timeout_seconds) override {
-    const double limit = timeout_seconds > 0 ? timeout_seconds : timeout_;
-    const Deadline wait_deadline = common::deadline_after(limit);
-    Backoff backoff;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (poll()) {
-          if (error_) std::rethrow_exception(error_);
-          return;
-        }
-      }
-      if (Clock::now() > wait_deadline) {
-        ErrorContext ctx = ctx_;
-        ctx.timeout_seconds = limit;
-        throw TimeoutError("Work::wait: nccl replica group " + ctx_.op + " seq " +
-                               std::to_string(ctx_.seq) + " not complete after " +
-                               seconds_text(limit) + " (it keeps running under its own deadline)",
-                           ctx);
-      }
-      backoff.pause();
-    }
-  }
-
  private:
-  // One look at the K events and communicators; true once all completed or one failed. Caller
-  // holds mutex_.
-  bool poll() noexcept {
-    if (done_) return true;
+  // One look at the K events and communicators; true once all completed or one failed.
+  bool poll() noexcept override {
     const NcclApi& api = *shared_->api;
     if (std::exception_ptr cause = shared_->failure()) return finish(cause);
     bool all = true;
@@ -130,8 +79,7 @@ class GroupWork final : public Work {
       for (std::size_t r = 0; r < pending_.size(); ++r) {
         if (pending_[r]) waiting += (waiting.empty() ? "" : ", ") + std::to_string(r);
       }
-      ErrorContext ctx = ctx_;
-      ctx.timeout_seconds = timeout_;
+      ErrorContext ctx = timeout_context();
       ctx.elapsed_seconds = timeout_ - common::seconds_left(deadline_);
       return fail(std::make_exception_ptr(TimeoutError(
           "nccl replica group " + ctx_.op + " seq " + std::to_string(ctx_.seq) +
@@ -149,21 +97,10 @@ class GroupWork final : public Work {
     return finish(shared_->failure());
   }
 
-  bool finish(std::exception_ptr error) noexcept {
-    done_ = true;
-    error_ = error;
-    return true;
-  }
-
   std::shared_ptr<NcclGroupShared> shared_;
   std::vector<NcclEvent> events_;
   std::vector<bool> pending_;
   Deadline deadline_;
-  ErrorContext ctx_;
-  double timeout_;
-  std::mutex mutex_;
-  bool done_ = false;
-  std::exception_ptr error_;
 };
 
 }  // namespace

@@ -12,12 +12,6 @@ namespace {
 using common::Clock;
 using common::Deadline;
 
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", s);
-  return buf;
-}
-
 std::string what_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -31,63 +25,31 @@ std::string what_of(const std::exception_ptr& e) {
 }  // namespace
 
 // The Work of one staged collective: an event recorded after its host->device copies.
-class StagedWork final : public Work {
+class StagedWork final : public PolledDeviceWork {
  public:
   StagedWork(std::shared_ptr<StagedShared> shared, CudaEvent event, Deadline deadline,
              ErrorContext ctx, double timeout)
-      : shared_(std::move(shared)), event_(event), deadline_(deadline), ctx_(std::move(ctx)),
-        timeout_(timeout) {}
+      : PolledDeviceWork("host-staged", std::move(ctx), timeout), shared_(std::move(shared)),
+        event_(event), deadline_(deadline) {}
 
   ~StagedWork() override {
     if (event_ != nullptr) shared_->api->event_destroy(event_);
   }
 
-  bool test() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return poll();
-  }
-
-  void wait(double timeout_seconds) override {
-    const double limit = timeout_seconds > 0 ? timeout_seconds : timeout_;
-    const Deadline wait_deadline = common::deadline_after(limit);
-    PollBackoff backoff;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (poll()) {
-          if (error_) std::rethrow_exception(error_);
-          return;
-        }
-      }
-      if (Clock::now() > wait_deadline) {
-        ErrorContext ctx = ctx_;
-        ctx.timeout_seconds = limit;
-        throw TimeoutError("Work::wait: host-staged " + ctx_.op + " seq " +
-                               std::to_string(ctx_.seq) + ": the copy back to the device is not "
-                               "complete after " + seconds_text(limit),
-                           ctx);
-      }
-      backoff.pause();
-    }
-  }
-
  private:
-  // One look at the event; true once the copies completed or failed. Caller holds mutex_.
-  bool poll() noexcept {
-    if (done_) return true;
+  // One look at the event after the copies back.
+  bool poll() noexcept override {
     const int q = shared_->api->event_query(event_);
     if (q == 0) return finish(nullptr);
     if (q != kCudaNotReady) {
       return fail(cuda_error(q, shared_->api->error_string(q), "cudaEventQuery (copy back)", ctx_));
     }
     if (Clock::now() > deadline_) {
-      ErrorContext ctx = ctx_;
-      ctx.timeout_seconds = timeout_;
       return fail(std::make_exception_ptr(TimeoutError(
           "host-staged " + ctx_.op + " seq " + std::to_string(ctx_.seq) +
               ": the copy back to the device did not complete within " + seconds_text(timeout_) +
               " (the stream is blocked by other work?)",
-          ctx)));
+          timeout_context())));
     }
     return false;
   }
@@ -97,20 +59,9 @@ class StagedWork final : public Work {
     return finish(cause);
   }
 
-  bool finish(std::exception_ptr error) noexcept {
-    done_ = true;
-    error_ = error;
-    return true;
-  }
-
   std::shared_ptr<StagedShared> shared_;
   CudaEvent event_;
   Deadline deadline_;
-  ErrorContext ctx_;
-  double timeout_;
-  std::mutex mutex_;
-  bool done_ = false;
-  std::exception_ptr error_;
 };
 
 void StagedShared::fail(std::exception_ptr cause) noexcept {
