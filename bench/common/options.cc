@@ -110,6 +110,20 @@ std::string requested_backend(const BenchOptions& options) {
 
 namespace {
 
+// A command-line error of CLI11 (or --help): --help goes to stdout with status 0; an error goes to
+// stderr prefixed with the tool's name, with status 2 like every other bad flag or value
+// (bench/README.md "Exit status"), not CLI11's own codes (105-114).
+int parse_error_exit(const CLI::App& app, const CLI::ParseError& e, std::string_view program,
+                     bool print) {
+  std::ostringstream out, err;
+  const int status = app.exit(e, out, err);
+  if (print) {
+    std::cout << out.str() << std::flush;
+    if (!err.str().empty()) std::cerr << program << ": " << err.str() << std::flush;
+  }
+  return status == 0 ? 0 : 2;
+}
+
 void validate(const BenchOptions& o) {
   if (o.min_bytes > o.max_bytes) {
     throw InvalidArgument("--minbytes " + std::to_string(o.min_bytes) + " is larger than --maxbytes " +
@@ -202,13 +216,7 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
       }
     }
   } catch (const CLI::ParseError& e) {
-    // CLI11 prints --help to stdout and errors to stderr; exit() gives their status.
-    std::ostringstream out, err;
-    *exit_status = app.exit(e, out, err);
-    if (print) {
-      std::cout << out.str() << std::flush;
-      std::cerr << err.str() << std::flush;
-    }
+    *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;
   } catch (const Error& e) {
     if (print) std::cerr << program << ": " << e.message() << "\n";
@@ -261,12 +269,7 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
     if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
     if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
   } catch (const CLI::ParseError& e) {
-    std::ostringstream out, err;
-    *exit_status = app.exit(e, out, err);
-    if (print) {
-      std::cout << out.str() << std::flush;
-      std::cerr << err.str() << std::flush;
-    }
+    *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;
   } catch (const Error& e) {
     if (print) std::cerr << program << ": " << e.message() << "\n";
