@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# The GPU half's checks on a machine with a GPU, as one prepared script (at most ~8 minutes on one
-# GPU): what CI here cannot run, because it has CUDA but no device.
-#   1. nvidia-smi (driver, device, memory);
-#   2. a CUDA build (MWMS_WITH_CUDA=ON), or the build directory given (e.g. carried from a CI
-#      machine: it must hold bin/mwms_gpu_kernels_tests, bin/mwms_gpu_nccl_tests, bin/mwms_gpu_bench);
-#   3. the GPU tests: gpu:kernels (CUDA kernels bit for bit against the CPU reference, every dtype
-#      x op, all 16-bit patterns), gpu:nccl1 (one-rank real NCCL: every collective on device
-#      buffers, buckets, events), which must PASS here (a skip is a failure on a GPU machine);
-#   4. the fake-NCCL and kernel unit tests (the same CPU checks CI runs);
-#   5. the kernel bench and the one-rank NCCL all-reduce, 8 B to 1 GiB (mwms_gpu_bench, JSON lines).
+# The GPU half's checks on a machine with a GPU, as one prepared script: what CI here cannot run,
+# because it has CUDA but no device. Every step has its own time limit, and the whole script a
+# budget (GPU_CHECK_BUDGET_SECONDS, default 480 = 8 minutes): a step gets at most what is left,
+# and once the budget is spent the remaining steps are reported as FAIL (budget) without running.
+# Steps, in order (the names are those of the "== ok/FAIL NAME" lines and of LOG_DIR/NAME.log):
+#   nvidia-smi                driver, device, memory;
+#   configure, build          a CUDA build (MWMS_WITH_CUDA=ON) of the core GPU tests, unless
+#                             BUILD_DIR is given (e.g. carried from a CI machine);
+#   configure-all, build-all  the same build with the bench tools and the train example, every
+#                             remaining GPU target in one parallel build (needs CLI11 and Eigen;
+#                             if that fails, only the steps that need those targets fail);
+#   ldd                       libcudart and libnccl resolved, libcuda only through cudart;
+#   gpu-kernels, gpu-nccl1    CUDA kernels bit for bit against the CPU reference (every dtype x
+#                             op, all 16-bit patterns); one-rank real NCCL, every collective;
+#   unit-cpu-refs             the fake-NCCL and kernel unit tests (CI's CPU checks);
+#   bench                     kernel GB/s beside cudaMemcpy, one-rank NCCL 8 B - 1 GiB (JSON);
+#   gpu-train-model, train-cnn-gpu   the train example's GPU models against the CPU ones, then
+#                             one CNN epoch on the GPU (accuracy >= 0.85, images/s);
+#   doctor-gpu                mwms-doctor sees >= 1 device;
+#   gpu-staged2, gpu-auto1    2 processes on the one GPU through the host-staged path, every
+#                             collective against the CPU; kAuto on one rank picks NCCL;
+#   gpu-replicas              the strategy with 1 GPU replica against the CPU strategy;
+#   gpubench-nccl, gpubench-bucket   all_reduce_perf --backend nccl --compare nccl 8 B - 1 GiB;
+#                             bucket_perf --backend nccl (200 tensors, 25 MiB).
+# A GPU test that skips (exit 77) fails here: on a GPU machine a skip means it saw no device.
 # Usage: scripts/gpu_check.sh LOG_DIR [BUILD_DIR]
 # Writes LOG_DIR/gpu_check.log (everything), LOG_DIR/<step>.log per step and LOG_DIR/bench.jsonl;
-# exits 0 only when every step passed. Steps have their own time limits.
+# exits 0 only when every step passed.
 set -uo pipefail
 log_dir=${1:?usage: gpu_check.sh LOG_DIR [BUILD_DIR]}
 build=${2:-}
@@ -22,10 +37,19 @@ main_log=$log_dir/gpu_check.log
 : > "$main_log"
 failed=0
 say() { echo "$*" | tee -a "$main_log"; }
-# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND under a time limit into LOG_DIR/NAME.log.
+budget=${GPU_CHECK_BUDGET_SECONDS:-480}
+# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND under min(LIMIT, budget left) into
+# LOG_DIR/NAME.log.
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$((budget - SECONDS))
+  if (( left < 5 )); then
+    say "== FAIL $name (budget: the script's $budget s are spent; GPU_CHECK_BUDGET_SECONDS)"
+    failed=1
+    return 124
+  fi
+  (( limit > left )) && limit=$left
   local start=$SECONDS
   timeout --kill-after=10 "$limit" "$@" > "$log_dir/$name.log" 2>&1
   local rc=$?
@@ -50,6 +74,12 @@ if [[ -z "$build" ]]; then
     -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || exit 1
   step build 300 cmake --build "$build" -j "$jobs" --target mwms_gpu_kernels_tests \
     mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || exit 1
+  # Every later step's targets in one parallel build (the steps below build what is still missing
+  # one by one, as they do for a carried BUILD_DIR).
+  if step configure-all 60 cmake "$build" -DMWMS_BUILD_BENCH=ON -DMWMS_BUILD_EXAMPLES=ON; then
+    step build-all 300 cmake --build "$build" -j "$jobs" --target train mwms_gpu_train_tests \
+      mwms-doctor mwms_gpu_staged_check mwmsrun mwms_gpu_replicas_tests all_reduce_perf bucket_perf
+  fi
 fi
 bin=$build/bin
 for exe in mwms_gpu_kernels_tests mwms_gpu_nccl_tests mwms_gpu_bench; do
@@ -58,7 +88,6 @@ done
 # ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart.
 step ldd 10 ldd "$bin/mwms_gpu_nccl_tests"
 
-# A GPU test that skips (exit 77) here means it saw no device: that is a failure on this machine.
 step gpu-kernels 120 "$bin/mwms_gpu_kernels_tests"
 step gpu-nccl1 120 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_nccl_tests"
 if [[ -x $bin/mwms_unit_tests ]]; then
@@ -67,7 +96,7 @@ fi
 step bench 150 "$bin/mwms_gpu_bench" --max-bytes $((1 << 30)) --iters 20
 grep '^{' "$log_dir/bench.log" > "$log_dir/bench.jsonl" 2>/dev/null || true
 
-# --- step: gpumodel ---
+# --- the train example: gpu-train-model, train-cnn-gpu ---
 # The train example's GPU models (cuDNN + cuBLAS): gpu:train-model (first steps' loss and
 # gradient of the MLP and the CNN against the CPU models, the device all-reduce), then one epoch
 # of the CNN on the GPU, printing test accuracy and images/s (train_cnn_gpu.json); it must reach
@@ -94,7 +123,7 @@ elif step train-cnn-gpu 120 "$bin/train" --model cnn --device gpu --epochs 1 --d
     failed=1
   fi
 fi
-# --- step: cleanup ---
+# --- mwms-doctor: doctor-gpu ---
 # mwms-doctor's gpu line with a driver: a device count from the CUDA runtime, not "no driver".
 # Limits: 90 s to build the doctor over the library built above (two small files), 30 s to run.
 [[ -x $bin/mwms-doctor ]] ||
@@ -102,13 +131,13 @@ fi
 step doctor-gpu 30 bash -c \
   '"$1" --json | tee /dev/stderr | grep -Eq "\"gpu\":\{[^}]*\"devices\":[1-9]"' \
   doctor "$bin/mwms-doctor"
-# --- step: staged ---
+# --- the host-staged path: gpu-staged2, gpu-auto1 ---
 # DeviceCommunicator on the GPU (tests/cuda/staged_check.cc): 2 processes on the ONE GPU through
 # the host-staged path (NCCL refuses two ranks on one device): every collective x dtype x op,
 # counts 0/1/prime/MiB, against the CPU result, and a 64 MiB all-reduce timed (JSON line into
 # bench.jsonl); then kAuto on a world of one, which must pick NCCL. Time limits: build 120 s,
 # staged2 90 s, auto1 60 s (expected: about 20 + 15 + 10 s on 16 cores).
-if [[ $build == "$log_dir/build" ]]; then
+if [[ ! -x $bin/mwms_gpu_staged_check || ! -x $bin/mwmsrun ]]; then
   step build-staged 120 cmake --build "$build" -j "$(nproc)" --target mwms_gpu_staged_check mwmsrun
 fi
 if [[ -x $bin/mwms_gpu_staged_check && -x $bin/mwmsrun ]]; then
@@ -122,7 +151,7 @@ else
   say "== FAIL $bin/mwms_gpu_staged_check or $bin/mwmsrun missing"
   failed=1
 fi
-# --- step: replicas ---
+# --- GPU replicas: gpu-replicas ---
 # The strategy's GPU replicas (Note [gpu replicas]): gpu:replicas, K = 1 GPU replica (one NCCL rank
 # made through the grouped init from our unique id) trains a small model bit for bit where one CPU
 # replica does, kMean divided on the device; K = 2 only where there are 2+ GPUs. Limits: 150 s to
@@ -137,7 +166,7 @@ else
   say "== FAIL gpu-replicas: $bin/mwms_gpu_replicas_tests missing"
   failed=1
 fi
-# --- step: gpubench ---
+# --- benchmarks: gpubench-nccl, gpubench-bucket ---
 # all_reduce_perf --backend nccl --compare nccl, 8 B to 1 GiB, one rank: ours (DeviceCommunicator)
 # against raw ncclAllReduce on the same device buffers, timed alike ("Median vs NCCL 16M+" is
 # issue 6's >= 0.97 target; on one rank the ratio compares times); then bucket_perf --backend

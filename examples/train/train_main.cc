@@ -44,6 +44,7 @@ struct Flags {
   std::string compression = "none";
   int local_replicas = 1;
   std::string device = "auto";
+  std::string device_why;  // why --device auto chose what it chose (printed in the banner)
 };
 
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
@@ -161,7 +162,13 @@ int parse_flags(int argc, char** argv, Flags& f) {
                    "launch one process per GPU (mwmsrun, mpirun, TF_CONFIG)" << std::endl;
       return 1;
     }
-    if (f.device == "auto") f.device = usable && gpu_supported_run ? "gpu" : "cpu";
+    if (f.device == "auto") {
+      f.device = usable && gpu_supported_run ? "gpu" : "cpu";
+      f.device_why = usable ? (gpu_supported_run ? "auto: a GPU is present"
+                                                 : "auto: the GPU path runs one replica per "
+                                                   "process, without overlap or compression")
+                            : "auto: " + gpu.reason;
+    }
   }
   f.train.device = f.device;
   // The CNN's activations are ~60x the MLP's per image: evaluate in smaller chunks.
@@ -278,9 +285,10 @@ int run(const Flags& flags) {
     if (device_comm) {
       std::printf("train: device gradients through %s\n", device_comm->describe().c_str());
     }
+    const std::string on = f.device_why.empty() ? f.device : f.device + " (" + f.device_why + ")";
     std::printf("train: %s, model %s on %s, %d replica(s) in sync (%d worker(s) x %d local), "
                 "global batch %d, %d step(s)/epoch, lr %g\n",
-                strategy->cluster().task_name().c_str(), f.train.model.c_str(), f.device.c_str(),
+                strategy->cluster().task_name().c_str(), f.train.model.c_str(), on.c_str(),
                 strategy->num_replicas_in_sync(), strategy->num_workers(),
                 strategy->num_local_replicas(), f.train.global_batch_size,
                 trainer.steps_per_epoch(), f.train.learning_rate);
