@@ -98,7 +98,9 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
   constexpr int kWorld = 4, kDead = 2;
   std::vector<std::string> errors(kWorld), later(kWorld);
   std::vector<double> seconds(kWorld);
-  std::vector<bool> short_wait_timed_out(kWorld);
+  // char, not bool: std::vector<bool> packs its elements into shared bytes, so the rank threads'
+  // writes to their own elements would race.
+  std::vector<char> short_wait_timed_out(kWorld, 0);
   run_threads(kWorld, 0.3, [&](int r, mc::NcclBackend& backend) {
     if (r == kDead) {
       std::this_thread::sleep_for(std::chrono::milliseconds(800));  // alive, never calls
@@ -112,7 +114,7 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
     try {
       work->wait(0.05);
     } catch (const mwms::TimeoutError&) {
-      short_wait_timed_out[r] = true;
+      short_wait_timed_out[r] = 1;
     }
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -134,7 +136,7 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
   for (int r = 0; r < kWorld; ++r) {
     if (r == kDead) continue;
     INFO("rank " << r << ": " << errors[r]);
-    CHECK(short_wait_timed_out[r]);
+    CHECK(short_wait_timed_out[r] == 1);
     CHECK(errors[r].find("did not complete within 0.3 s") != std::string::npos);
     CHECK(errors[r].find("aborted") != std::string::npos);
     CHECK(seconds[r] < 2.0);
