@@ -3,6 +3,18 @@
 // bytes_per_pack and all-reduced through the Communicator, blocking or overlapped with backprop
 // (Note [overlapped buckets], Note [overlapped replica buckets]); GPU replicas' device buffers
 // through NCCL (Note [gpu replicas] in device_replicas.cc). The strategy never touches sockets.
+//
+// The file in order (search for the first line of each):
+//   struct MultiWorkerMirroredStrategy::Impl   the state: communicator, replicas, bucket plans
+//   pack_tensors / unpack_tensors / solo_bytes  bucket helpers (the cut itself: buckets.cc)
+//   check_same_local_replicas                   the K check, the constructors, accessors
+//   MultiWorkerMirroredStrategy::run            K local replicas; replica_all_reduce/_broadcast
+//   Note [overlapped replica buckets]           the overlapped step with K > 1 (replica_*_sync)
+//   replica_device_collective                   GPU replicas' collectives (device_replicas.cc)
+//   ReplicaContext::                            the public ReplicaContext calls, forwarding here
+//   void bucketed_all_reduce(                   the blocking bucketed all-reduce (K = 1)
+//   Note [overlapped buckets]                   the overlapped step with K = 1 (plan_sync, ...)
+//   MultiWorkerMirroredStrategy::reduce         scalars, shards, finalize, statistics
 #include <algorithm>
 #include <chrono>
 #include <cstring>
