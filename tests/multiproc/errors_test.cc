@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -81,6 +82,44 @@ TEST_CASE("a listen port already in use is reported with task and port", "[tcp][
     CHECK_THAT(what, Contains("already in use"));
   }
   ::close(fd);
+}
+
+TEST_CASE("the test launcher runs again with fresh ports when one is taken before its bind",
+          "[tcp][fault]") {
+  // free_ports releases a port before the child binds it; another process on the machine can take
+  // it in between (a CI failure: "cannot listen on port ...: address already in use"). Here rank 0
+  // of the first run takes its own port first, as such a stranger would.
+  const std::string marker = "/tmp/mwms-launcher-retry-" + std::to_string(::getpid());
+  ::unlink(marker.c_str());
+  LaunchOptions opts;
+  opts.world_size = 3;
+  opts.timeout_seconds = 60;
+  opts.extra_ports = 2;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, const auto& report) {
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    int stranger = -1;
+    if (rank == 0 && ::access(marker.c_str(), F_OK) != 0) {
+      if (FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
+      const std::string& own = cluster.ring[0];
+      stranger = mwms::testing::bind_any(std::stoi(own.substr(own.rfind(':') + 1)));
+      if (stranger < 0 || ::listen(stranger, 4) != 0) throw std::runtime_error("cannot take the port");
+    }
+    auto comm = mwms::Communicator::create(cluster, quick(20));
+    float x = static_cast<float>(rank + 1);
+    comm->all_reduce(&x, 1, mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    const auto& extra = mwms::testing::extra_ports();
+    report("sum " + std::to_string(static_cast<int>(x)) + " extra " + std::to_string(extra.size()));
+    comm->finalize();
+    if (stranger >= 0) ::close(stranger);
+  });
+  const bool retried = ::access(marker.c_str(), F_OK) == 0;
+  ::unlink(marker.c_str());
+  INFO(mwms::testing::describe(results));
+  CHECK(retried);
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("sum 6 extra 2") != std::string::npos);
+  }
 }
 
 TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", "[tcp][fault]") {

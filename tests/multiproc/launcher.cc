@@ -14,9 +14,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <cstring>
 #include <exception>
+#include <iostream>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -58,18 +60,27 @@ std::vector<int> free_ports(int n) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
                    static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::uniform_int_distribution<int> pick(10000, std::max(10001, ephemeral_low - 1));
+  static std::set<int> handed_out;  // never twice: two clusters of one test must not collide
   std::vector<int> ports;
   std::vector<int> fds;
   while (static_cast<int>(ports.size()) < n) {
     int port = pick(rng);
+    if (handed_out.count(port) != 0) continue;
     int fd = bind_any(port);
     if (fd < 0) continue;  // taken: pick another
     ports.push_back(port);
     fds.push_back(fd);
+    handed_out.insert(port);
   }
   for (int fd : fds) ::close(fd);
   return ports;
 }
+
+namespace {
+std::vector<int> g_extra_ports;  // set by run_ranks before it forks
+}  // namespace
+
+const std::vector<int>& extra_ports() { return g_extra_ports; }
 
 std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_chief) {
   std::vector<std::string> addresses;
@@ -134,12 +145,24 @@ void enter_netns(const std::string& name) {
 
 }  // namespace
 
-std::vector<ChildResult> run_ranks(
+namespace {
+
+// What a child prints when its listen port was taken between free_ports and its bind
+// (rendezvous.cc, open_listener).
+bool port_taken(const ChildResult& r) {
+  return r.exit_code != 0 && r.output.find("address already in use") != std::string::npos;
+}
+
+// One run of run_ranks; *taken is set when a child lost its port to another process (the
+// others are then killed at once instead of waiting for their connect timeouts).
+std::vector<ChildResult> run_once(
     const LaunchOptions& options,
     const std::function<void(int, const std::string&,
-                             const std::function<void(const std::string&)>&)>& body) {
+                             const std::function<void(const std::string&)>&)>& body,
+    bool* taken) {
   const int n = options.world_size;
   std::vector<int> ports = free_ports(n);
+  g_extra_ports = free_ports(options.extra_ports);
   const std::vector<TestHost>& hosts = test_hosts();
   const int nhosts = static_cast<int>(hosts.size());
   std::vector<std::string> addresses;
@@ -198,15 +221,16 @@ std::vector<ChildResult> run_ranks(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         pids[rank] = 0;
         --running;
+        if (port_taken(results[rank])) *taken = true;
       }
     }
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (elapsed > options.timeout_seconds) {
+    if (elapsed > options.timeout_seconds || *taken) {
       for (int rank = 0; rank < n; ++rank) {
         if (pids[rank] > 0) {
           ::kill(pids[rank], SIGKILL);
           ::waitpid(pids[rank], nullptr, 0);
-          results[rank].timed_out = true;
+          results[rank].timed_out = !*taken;
           pids[rank] = 0;
           --running;
         }
@@ -222,6 +246,29 @@ std::vector<ChildResult> run_ranks(
     }
     ::close(pipes[rank]);
   }
+  return results;
+}
+
+}  // namespace
+
+std::vector<ChildResult> run_ranks(
+    const LaunchOptions& options,
+    const std::function<void(int, const std::string&,
+                             const std::function<void(const std::string&)>&)>& body) {
+  std::vector<ChildResult> results;
+  for (int attempt = 1;; ++attempt) {
+    bool taken = false;
+    results = run_once(options, body, &taken);
+    if (!taken || attempt >= std::max(1, options.attempts)) break;
+    for (const ChildResult& r : results) {
+      if (!port_taken(r)) continue;
+      std::cerr << "run_ranks: another process took a port before rank " << r.rank
+                << " could bind it; running again with fresh ports (attempt " << attempt + 1
+                << "): " << r.output;
+      break;
+    }
+  }
+  g_extra_ports.clear();
   return results;
 }
 

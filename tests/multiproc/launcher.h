@@ -21,13 +21,21 @@ struct LaunchOptions {
   int world_size = 2;
   double timeout_seconds = 60;  // the parent SIGKILLs children still running after this
   bool with_chief = false;      // "chief" job of one + (world_size - 1) workers
+  int extra_ports = 0;          // free ports for a second cluster, read in the body: extra_ports()
+  int attempts = 4;             // runs with fresh ports when a port was taken before its bind
 };
 
 /// A socket bound to `port` on all interfaces (dual-stack, or IPv4 without IPv6), -1 if taken.
 int bind_any(int port);
 
-/// Distinct free TCP ports below the ephemeral range (bound, then released).
+/// Distinct free TCP ports below the ephemeral range (bound, then released). A port is never
+/// handed out twice by one process, so two clusters of one test cannot share a port.
 std::vector<int> free_ports(int n);
+
+/// In a child of run_ranks: the LaunchOptions::extra_ports free ports of this attempt (every
+/// rank sees the same list; e.g. make_tf_config(extra_ports(), rank, false) for a reference
+/// cluster). Empty outside run_ranks.
+const std::vector<int>& extra_ports();
 
 /// TF_CONFIG for task `rank` of a loopback cluster on `ports`.
 std::string make_tf_config(const std::vector<int>& ports, int rank, bool with_chief);
@@ -56,6 +64,10 @@ int host_of(int rank, int n, int hosts);
 /// after writing the exception's what() to its output. `report` appends text to the output.
 /// With test_hosts() set, child `rank` first enters the network namespace of host
 /// host_of(rank, ...) and TF_CONFIG gives every task its host's address.
+/// Ports are picked free but released before the children bind them, so another process on the
+/// machine can take one in between: when a child reports "address already in use", the others
+/// are killed at once and the run starts again with fresh ports (up to options.attempts runs,
+/// each logged to stderr); the last run's results are returned.
 std::vector<ChildResult> run_ranks(
     const LaunchOptions& options,
     const std::function<void(int rank, const std::string& tf_config,

@@ -57,15 +57,15 @@ void expect_one_world(const std::vector<ChildResult>& results) {
 }  // namespace
 
 TEST_CASE("processes started with torchrun's variables form one world", "[tcp]") {
-  const std::vector<int> ports = mwms::testing::free_ports(2);
   for (int round = 0; round < 2; ++round) {
     // TCP links connect to the announced addresses; auto uses shared memory on one host.
     auto transport = round == 0 ? mwms::TransportChoice::kTcp : mwms::TransportChoice::kAuto;
-    const int port = ports[round];
     LaunchOptions options;
     options.world_size = 3;
+    options.extra_ports = 1;  // MASTER_PORT
     auto results = mwms::testing::run_ranks(options, [&](int rank, const std::string&,
                                                          const auto& report) {
+      const int port = mwms::testing::extra_ports().at(0);
       Vars vars{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "3"},
                 {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "3"},
                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
@@ -102,11 +102,12 @@ TEST_CASE("processes started with srun's variables form one world", "[tcp]") {
 TEST_CASE("MWMS_SOCKET_IFNAME that matches no interface fails the ranks that advertise", "[tcp]") {
   // The children read MWMS_SOCKET_IFNAME first (ctest runs each test case in a fresh process, so
   // no earlier read in this process is inherited).
-  const int port = mwms::testing::free_ports(1).at(0);
   LaunchOptions options;
   options.world_size = 2;
+  options.extra_ports = 1;  // MASTER_PORT
   auto results = mwms::testing::run_ranks(options, [&](int rank, const std::string&,
                                                        const auto& report) {
+    const int port = mwms::testing::extra_ports().at(0);
     ::setenv("MWMS_SOCKET_IFNAME", "=no-such-if0", 1);
     Vars vars{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
               {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};

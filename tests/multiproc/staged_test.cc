@@ -174,7 +174,7 @@ void run_every_collective(int n) {
   mwms::testing::LaunchOptions opts;
   opts.world_size = n;
   opts.timeout_seconds = 240;
-  const std::vector<int> reference_ports = mwms::testing::free_ports(n);
+  opts.extra_ports = n;  // the reference cluster
   auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
                                                     const auto& report) {
     FakeCudaRuntime::get().reset();
@@ -185,7 +185,7 @@ void run_every_collective(int n) {
     host_options.connect_timeout_seconds = 30;
     host_options.timeout_seconds = 30;
     auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(reference_ports, rank, false)),
+        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)),
         host_options);
     if (comm->describe().rfind("host-staged (device 0, world size " + std::to_string(n) + ")", 0) != 0) {
       throw std::runtime_error("describe: " + comm->describe());
@@ -264,7 +264,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
   mwms::testing::LaunchOptions opts;
   opts.world_size = 3;
   opts.timeout_seconds = 120;
-  const std::vector<int> reference_ports = mwms::testing::free_ports(3);
+  opts.extra_ports = 3;  // the reference cluster
   auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
                                                     const auto& report) {
     FakeCudaRuntime::get().reset();
@@ -276,7 +276,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
     mc::StagedBackend staged(mwms::testing::fake_cuda_api(),
                              mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o), so);
     auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(reference_ports, rank, false)), o);
+        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)), o);
     auto& rt = FakeCudaRuntime::get();
     // A bucket of three float32 tensors, 307220 bytes in all: 5 pieces of 64 KiB, the second
     // holding parts of all three tensors.
@@ -475,7 +475,7 @@ TEST_CASE("host-staged: time against the engine on host buffers", "[.][staged-ti
   mwms::testing::LaunchOptions opts;
   opts.world_size = 2;
   opts.timeout_seconds = 300;
-  const std::vector<int> reference_ports = mwms::testing::free_ports(2);
+  opts.extra_ports = 2;  // the reference cluster
   auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
                                                     const auto& report) {
     FakeCudaRuntime::get().reset();
@@ -484,7 +484,7 @@ TEST_CASE("host-staged: time against the engine on host buffers", "[.][staged-ti
                                                staged_options(120), nullptr,
                                                &mwms::testing::fake_cuda_api());
     auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(reference_ports, rank, false)),
+        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)),
         staged_options(120));
     const std::size_t bytes = std::size_t{64} << 20;
     std::vector<float> h(bytes / 4, 1.0f);

@@ -587,13 +587,13 @@ int main(int argc, char** argv) {
   }
 
   // Forked ranks: one loopback cluster (or one on the test hosts of MWMSTEST_HOSTS) per
-  // communicator, all ports chosen here, before the fork.
+  // communicator, all ports chosen by run_ranks before the fork (LaunchOptions::extra_ports).
   const int n = cfg.ranks;
   const int num_comms = static_cast<int>(cfg.transports.size() * cfg.algorithms.size());
-  const std::vector<int> ports = mwms::testing::free_ports(n * num_comms);
   const auto& hosts = mwms::testing::test_hosts();
   mwms::testing::LaunchOptions lo;
   lo.world_size = n;
+  lo.extra_ports = n * num_comms;  // fresh on every attempt of run_ranks
   lo.timeout_seconds = 600 + static_cast<double>(cfg.collectives) * 0.5;
   const auto started = std::chrono::steady_clock::now();
   const auto results = mwms::testing::run_ranks(lo, [&](int rank, const std::string&, auto report) {
@@ -608,7 +608,7 @@ int main(int argc, char** argv) {
                                                      r, n, static_cast<int>(hosts.size())))]
                                                .address;
             addresses.push_back(host + ":" +
-                                std::to_string(ports[static_cast<std::size_t>(k * n + r)]));
+                                std::to_string(mwms::testing::extra_ports()[static_cast<std::size_t>(k * n + r)]));
           }
           return mwms::resolve_tf_config(mwms::testing::make_tf_config(addresses, rank, false));
         },
