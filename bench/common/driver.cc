@@ -1,11 +1,12 @@
 // The shared driver of every *_perf tool: bootstrap, one sweep over message sizes, and for each
 // size: check (first iteration), warm-up, timed iterations, the same for MPI under --compare mpi
-// and for Gloo's two all-reduce algorithms (on libmwms's own buffer) under --compare gloo, then
-// one row reduced across ranks. --backend nccl hands the sweep to device_bench.h (device
+// and for Gloo's two all-reduce algorithms (on libmwms's own buffer) under --compare gloo, their
+// iterations interleaved (Note [interleaved comparison]), then one row reduced across ranks. --backend nccl hands the sweep to device_bench.h (device
 // buffers, --compare nccl). See bench/README.md for what the columns mean.
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -125,13 +126,37 @@ class Sweep {
     return count_wrong(collective_, buffer_.data(), shape, options_.dtype);
   }
 
-  template <typename Run>
-  double median_time_us(void* buffer, std::size_t elements, int warmups, Run&& run_once) {
-    fill_constant(buffer, elements, options_.dtype, collective_.timing_value(options_.op));
-    for (int i = 0; i < warmups; ++i) run_once();
+  // One contender of a row: libmwms, MPI_Allreduce or a Gloo algorithm, on its buffer.
+  struct Contender {
+    void* buffer;
+    int warmups;
+    std::function<void()> run;
+  };
+
+  // Note [interleaved comparison]: the machines are shared, so memory bandwidth and CPU time move
+  // by tens of percent within a second. Timing each contender's iterations as one block would
+  // give each a different slice of that noise, and the ratio would move with it (0.6-1.6x between
+  // runs of one cell). So after every contender's warm-up and one barrier, iteration i of every
+  // contender runs before iteration i + 1 of any: each contender's median is over the same
+  // stretch of time. Returns each contender's median iteration time in microseconds.
+  std::vector<double> interleaved_medians(std::size_t elements, std::vector<Contender>& contenders) {
+    for (Contender& c : contenders) {
+      fill_constant(c.buffer, elements, options_.dtype, collective_.timing_value(options_.op));
+      for (int i = 0; i < c.warmups; ++i) c.run();
+    }
     comm_.barrier();  // start the timed loop together, not skewed by the check above
-    time_iterations(options_.iters, times_us_, run_once);
-    return median(times_us_);
+    times_us_.resize(contenders.size());
+    for (auto& t : times_us_) t.assign(static_cast<std::size_t>(options_.iters), 0.0);
+    for (int i = 0; i < options_.iters; ++i) {
+      for (std::size_t k = 0; k < contenders.size(); ++k) {
+        Stopwatch watch;
+        contenders[k].run();
+        times_us_[k][static_cast<std::size_t>(i)] = watch.elapsed_us();
+      }
+    }
+    std::vector<double> medians;
+    for (auto& t : times_us_) medians.push_back(median(t));
+    return medians;
   }
 
   // One row; size and count describe the whole in-place buffer, as nccl-tests print them.
@@ -149,21 +174,27 @@ class Sweep {
       wrong = check_first_iteration(call);
       if (warmups > 0) --warmups;
     }
-    double times[4] = {median_time_us(buffer_.data(), elements, warmups, [&] { run_ours(call); }),
-                       0.0, 0.0, 0.0};
+    std::vector<Contender> contenders{{buffer_.data(), warmups, [&] { run_ours(call); }}};
     if (options_.compare_mpi) {
-      times[1] = median_time_us(mpi_buffer_.data(), elements, options_.warmup_iters,
-                                [&] { run_mpi(call); });
+      contenders.push_back({mpi_buffer_.data(), options_.warmup_iters, [&] { run_mpi(call); }});
     }
     if (options_.compare_gloo) {
       // Gloo's algorithms are built for this buffer and count (their scratch allocated here, not
-      // in the timing), then timed one after the other on libmwms's buffer.
+      // in the timing), then timed on libmwms's buffer.
       gloo_baseline::prepare(buffer_.data(), elements, options_.dtype, options_.op);
       using gloo_baseline::Algorithm;
-      times[2] = median_time_us(buffer_.data(), elements, options_.warmup_iters,
-                                [&] { gloo_baseline::run(Algorithm::kRingChunked); });
-      times[3] = median_time_us(buffer_.data(), elements, options_.warmup_iters,
-                                [&] { gloo_baseline::run(Algorithm::kHalvingDoubling); });
+      contenders.push_back({buffer_.data(), options_.warmup_iters,
+                            [] { gloo_baseline::run(Algorithm::kRingChunked); }});
+      contenders.push_back({buffer_.data(), options_.warmup_iters,
+                            [] { gloo_baseline::run(Algorithm::kHalvingDoubling); }});
+    }
+    const std::vector<double> medians = interleaved_medians(elements, contenders);
+    double times[4] = {medians[0], 0.0, 0.0, 0.0};
+    std::size_t next = 1;
+    if (options_.compare_mpi) times[1] = medians[next++];
+    if (options_.compare_gloo) {
+      times[2] = medians[next++];
+      times[3] = medians[next++];
     }
     // A collective finishes when its slowest rank does: quote the slowest rank's median.
     comm_.all_reduce(times, 4, DataType::kFloat64, ReduceOp::kMax);
@@ -261,7 +292,7 @@ class Sweep {
   std::size_t max_elements_;
   TouchedBuffer buffer_;
   TouchedBuffer mpi_buffer_;
-  std::vector<double> times_us_;
+  std::vector<std::vector<double>> times_us_;  // by contender, by iteration
 };
 
 // Refuses --compare mpi where it cannot mean anything, before anything is started.
