@@ -144,6 +144,19 @@ void validate(const BenchOptions& o) {
   }
 }
 
+// --backend mpi in a process that mpirun did not start: a world of one has no links, so nothing
+// would go over MPI; refused with the command to run instead. @throws InvalidArgument.
+void check_mpi_backend(const std::string& backend, std::string_view program) {
+  if (backend != "mpi") return;
+  const auto sources = inspect_environment().sources;
+  auto mpi = [](const LaunchSourceReport& s) { return s.source == "mpi"; };
+  if (std::none_of(sources.begin(), sources.end(), mpi)) {
+    throw InvalidArgument("--backend mpi: this process was not started by mpirun (or another "
+                          "MPI launcher), so there is no MPI world to measure; run e.g. "
+                          "mpirun -np 2 " + std::string(program) + " --backend mpi");
+  }
+}
+
 }  // namespace
 
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
@@ -206,15 +219,7 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
       o.compare_nccl = set.nccl;
     }
     validate(o);
-    if (o.backend == "mpi") {  // a world of one has no links: nothing would go over MPI
-      const auto sources = inspect_environment().sources;
-      auto mpi = [](const LaunchSourceReport& s) { return s.source == "mpi"; };
-      if (std::none_of(sources.begin(), sources.end(), mpi)) {
-        throw InvalidArgument("--backend mpi: this process was not started by mpirun (or another "
-                              "MPI launcher), so there is no MPI world to measure; run e.g. "
-                              "mpirun -np 2 " + std::string(program) + " --backend mpi");
-      }
-    }
+    check_mpi_backend(o.backend, program);
   } catch (const CLI::ParseError& e) {
     *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;
@@ -268,6 +273,7 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
     }
     if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
     if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
+    check_mpi_backend(o.backend, program);
   } catch (const CLI::ParseError& e) {
     *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;
