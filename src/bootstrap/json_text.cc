@@ -68,6 +68,7 @@ class BoundedDom {
   bool start_array(std::size_t /*size*/) { return open(json::array()); }
   bool key(json::string_t& name) {
     stack_.back().key = name;
+    stack_.back().has_key = true;
     return true;
   }
   bool end_object() { return close(); }
@@ -92,6 +93,7 @@ class BoundedDom {
   std::string path() const {
     std::string out;
     for (const Frame& frame : stack_) {
+      if (frame.node->is_object() && !frame.has_key) continue;  // between members
       if (frame.node->is_array()) {
         out += "[" + std::to_string(frame.node->size()) + "]";
       } else {
@@ -105,6 +107,7 @@ class BoundedDom {
   struct Frame {
     json* node;
     std::string key;  // objects: the key of the value being read
+    bool has_key = false;  // objects: `key` names a value not yet complete
   };
 
   static std::string quote_if_needed(const std::string& key) {
@@ -140,6 +143,7 @@ class BoundedDom {
   bool put(V&& value) {
     if (!count()) return false;
     *slot() = json(std::forward<V>(value));
+    if (!stack_.empty()) stack_.back().has_key = false;
     return true;
   }
 
@@ -159,6 +163,7 @@ class BoundedDom {
 
   bool close() {
     stack_.pop_back();
+    if (!stack_.empty()) stack_.back().has_key = false;
     return true;
   }
 
@@ -253,7 +258,14 @@ json parse_config_json(std::string_view text, std::string_view where) {
   const std::size_t end = std::min(dom.error_position(), text.size());
   std::size_t start = end;
   constexpr std::string_view kBefore = "{}[],: \t\r\n";
-  while (start > 0 && kBefore.find(text[start - 1]) == std::string_view::npos) --start;
+  if (end >= 2 && text[end - 1] == '"') {
+    // A whole string was read: its opening quote (a ':' or ',' inside it is not structural).
+    std::size_t q = end - 1;
+    while (q > 0 && (text[q - 1] != '"' || (q >= 2 && text[q - 2] == '\\'))) --q;
+    start = q > 0 ? q - 1 : 0;
+  } else {
+    while (start > 0 && kBefore.find(text[start - 1]) == std::string_view::npos) --start;
+  }
   const bool at_end = dom.error_position() > text.size() ||
                       dom.error_text().find("unexpected end of input") != std::string::npos;
   if (at_end) start = text.size();
@@ -266,9 +278,16 @@ json parse_config_json(std::string_view text, std::string_view where) {
     expected = clean_text(dom.error_text().substr(at + 11), 200, false);
   }
   const std::string found = at_end || token.empty() ? "the end of the text" : quote_value(token);
+  // nlohmann's own text repeats what is said here; only where in the document it happened is
+  // added (the path of the value being read).
+  const std::size_t line_start = text.substr(0, start).rfind('\n');
+  const std::size_t line =
+      1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + start, '\n'));
+  const std::size_t column = line_start == std::string_view::npos ? start + 1 : start - line_start;
   throw BootstrapError(source + ": malformed JSON: expected " + expected + " at byte " +
-                       std::to_string(start + 1) + ", found " + found + " (" +
-                       clean_text(dom.error_text(), 400, false) + ")");
+                       std::to_string(start + 1) + ", found " + found + " (line " +
+                       std::to_string(line) + ", column " + std::to_string(column) + ", in " +
+                       dom.path() + ")");
 }
 
 }  // namespace mwms::bootstrap

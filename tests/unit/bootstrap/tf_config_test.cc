@@ -241,6 +241,15 @@ TEST_CASE("a listed job with no tasks is a job, as in TensorFlow", "[unit][boots
 TEST_CASE("TF_CONFIG structural errors name the source and what was found", "[unit][bootstrap]") {
   CHECK_THAT(tf_error(R"({"cluster": {"worker": ["a:1"]}, "task": )"),
              Contains(kWhere) && Contains("malformed JSON") && Contains("line 1, column"));
+  // Where: the byte, line and column of the bad token, and the path of the value being read; a
+  // string token is quoted whole (its ':' is not structural); nlohmann's own text, which repeats
+  // "expected ...", is not appended.
+  const std::string missing_comma = tf_error("{\"cluster\": {\"worker\": [\"a:1\",\n \"b:2\" \"c:3\"]}}");
+  CHECK_THAT(missing_comma, Contains("expected ']' at byte 39, found \"\\x22c:3\\x22\"") &&
+                                Contains("(line 2, column 8, in cluster.worker[2])"));
+  CHECK(missing_comma.find("expected ']'") == missing_comma.rfind("expected"));
+  CHECK_THAT(tf_error(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "ind)"),
+             Contains("found the end of the text (line 1, column") && Contains(", in task)"));
   CHECK_THAT(tf_error(R"(["a:1"])"), Contains(kWhere) && Contains("array"));
   CHECK_THAT(tf_error(R"("worker")"), Contains("string"));
   CHECK_THAT(tf_error(R"({"sparseCluster": {"worker": {"1": "w1:1"}}, "task": {"type": "worker",
