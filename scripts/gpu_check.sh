@@ -26,11 +26,15 @@
 # A GPU test that skips (exit 77) fails here: on a GPU machine a skip means it saw no device.
 # Usage: scripts/gpu_check.sh LOG_DIR [BUILD_DIR]
 # Writes LOG_DIR/gpu_check.log (everything), LOG_DIR/<step>.log per step and LOG_DIR/bench.jsonl;
-# exits 0 only when every step passed.
+# exits 0 only when every step passed, and always ends with a "gpu_check: ..." verdict line.
+# Without BUILD_DIR the build goes to SOURCE/build-gpu-check (git-ignored), never under LOG_DIR:
+# LOG_DIR is what a GPU session copies back, and a CUDA build in it (hundreds of MiB) would be
+# too big to come back, logs included; a second run on the same machine rebuilds incrementally.
 set -uo pipefail
 log_dir=${1:?usage: gpu_check.sh LOG_DIR [BUILD_DIR]}
-build=${2:-}
+given_build=${2:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
+build=${given_build:-$src/build-gpu-check}
 mkdir -p "$log_dir"
 log_dir=$(cd "$log_dir" && pwd)
 main_log=$log_dir/gpu_check.log
@@ -64,16 +68,21 @@ step() {
   return $rc
 }
 
-say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src"
+# give_up WHY: the verdict line, then exit 1 (a step the later ones cannot do without failed).
+give_up() {
+  say "gpu_check: FAILED ($*; the later steps need it and did not run)"
+  exit 1
+}
+
+say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src, build directory $build"
 step nvidia-smi 30 nvidia-smi || say "(no working driver: the GPU steps below will fail)"
 
-if [[ -z "$build" ]]; then
-  build=$log_dir/build
+if [[ -z "$given_build" ]]; then
   jobs=$(nproc)
   step configure 120 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMWMS_WITH_CUDA=ON \
-    -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || exit 1
+    -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || give_up configure
   step build 300 cmake --build "$build" -j "$jobs" --target mwms_gpu_kernels_tests \
-    mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || exit 1
+    mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || give_up build
   # Every later step's targets in one parallel build (the steps below build what is still missing
   # one by one, as they do for a carried BUILD_DIR).
   if step configure-all 60 cmake "$build" -DMWMS_BUILD_BENCH=ON -DMWMS_BUILD_EXAMPLES=ON; then
@@ -83,7 +92,7 @@ if [[ -z "$build" ]]; then
 fi
 bin=$build/bin
 for exe in mwms_gpu_kernels_tests mwms_gpu_nccl_tests mwms_gpu_bench; do
-  [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; exit 1; }
+  [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; give_up "no $exe in $bin"; }
 done
 # ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart.
 step ldd 10 ldd "$bin/mwms_gpu_nccl_tests"
