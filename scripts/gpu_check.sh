@@ -10,7 +10,8 @@
 #   configure-all, build-all  the same build with the bench tools and the train example, every
 #                             remaining GPU target in one parallel build (needs CLI11 and Eigen;
 #                             if that fails, only the steps that need those targets fail);
-#   ldd                       libcudart and libnccl resolved, libcuda only through cudart;
+#   ldd                       libcudart and libnccl resolved (and train's libcudnn), libcuda
+#                             only through cudart; a library "not found" fails it;
 #   gpu-kernels, gpu-nccl1    CUDA kernels bit for bit against the CPU reference (every dtype x
 #                             op, all 16-bit patterns); one-rank real NCCL, every collective;
 #   unit-cpu-refs             the fake-NCCL and kernel unit tests (CI's CPU checks);
@@ -94,8 +95,16 @@ bin=$build/bin
 for exe in mwms_gpu_kernels_tests mwms_gpu_nccl_tests mwms_gpu_bench; do
   [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; give_up "no $exe in $bin"; }
 done
-# ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart.
-step ldd 10 ldd "$bin/mwms_gpu_nccl_tests"
+# ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart
+# (and train's libcudnn, libcublas). ldd itself exits 0 when a library is missing, so a "not
+# found" line fails the step: every GPU step after it would fail to start.
+step ldd 10 bash -c 'missing=0
+  for exe; do
+    [[ -x $exe ]] || continue
+    echo "== $exe"; ldd "$exe"
+    if ldd "$exe" | grep -q "not found"; then echo "$exe: a library is not found"; missing=1; fi
+  done
+  exit $missing' ldd "$bin/mwms_gpu_nccl_tests" "$bin/train"
 
 step gpu-kernels 120 "$bin/mwms_gpu_kernels_tests"
 step gpu-nccl1 120 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_nccl_tests"
