@@ -80,6 +80,12 @@ step nvidia-smi 30 nvidia-smi || say "(no working driver: the GPU steps below wi
 
 if [[ -z "$given_build" ]]; then
   jobs=$(nproc)
+  # CMake looks for nvcc on PATH and in $CUDA_PATH/bin only, and a fresh shell on a GPU machine
+  # may have neither pointing at /usr/local/cuda (where CUDA, NCCL and cuDNN are looked for).
+  if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  fi
+  say "nvcc: $(command -v nvcc || echo 'none on PATH: the configure step will fail')"
   step configure 120 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMWMS_WITH_CUDA=ON \
     -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || give_up configure
   step build 300 cmake --build "$build" -j "$jobs" --target mwms_gpu_kernels_tests \
