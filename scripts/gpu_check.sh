@@ -10,7 +10,8 @@
 #   configure-all, build-all  the same build with the bench tools and the train example, every
 #                             remaining GPU target in one parallel build (needs CLI11 and Eigen;
 #                             if that fails, only the steps that need those targets fail);
-#   ldd                       libcudart and libnccl resolved, libcuda only through cudart;
+#   ldd                       libcudart and libnccl resolved (and train's libcudnn), libcuda
+#                             only through cudart; a library "not found" fails it;
 #   gpu-kernels, gpu-nccl1    CUDA kernels bit for bit against the CPU reference (every dtype x
 #                             op, all 16-bit patterns); one-rank real NCCL, every collective;
 #   unit-cpu-refs             the fake-NCCL and kernel unit tests (CI's CPU checks);
@@ -26,11 +27,15 @@
 # A GPU test that skips (exit 77) fails here: on a GPU machine a skip means it saw no device.
 # Usage: scripts/gpu_check.sh LOG_DIR [BUILD_DIR]
 # Writes LOG_DIR/gpu_check.log (everything), LOG_DIR/<step>.log per step and LOG_DIR/bench.jsonl;
-# exits 0 only when every step passed.
+# exits 0 only when every step passed, and always ends with a "gpu_check: ..." verdict line.
+# Without BUILD_DIR the build goes to SOURCE/build-gpu-check (git-ignored), never under LOG_DIR:
+# LOG_DIR is what a GPU session copies back, and a CUDA build in it (hundreds of MiB) would be
+# too big to come back, logs included; a second run on the same machine rebuilds incrementally.
 set -uo pipefail
 log_dir=${1:?usage: gpu_check.sh LOG_DIR [BUILD_DIR]}
-build=${2:-}
+given_build=${2:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
+build=${given_build:-$src/build-gpu-check}
 mkdir -p "$log_dir"
 log_dir=$(cd "$log_dir" && pwd)
 main_log=$log_dir/gpu_check.log
@@ -64,16 +69,27 @@ step() {
   return $rc
 }
 
-say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src"
+# give_up WHY: the verdict line, then exit 1 (a step the later ones cannot do without failed).
+give_up() {
+  say "gpu_check: FAILED ($*; the later steps need it and did not run)"
+  exit 1
+}
+
+say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src, build directory $build"
 step nvidia-smi 30 nvidia-smi || say "(no working driver: the GPU steps below will fail)"
 
-if [[ -z "$build" ]]; then
-  build=$log_dir/build
+if [[ -z "$given_build" ]]; then
   jobs=$(nproc)
+  # CMake looks for nvcc on PATH and in $CUDA_PATH/bin only, and a fresh shell on a GPU machine
+  # may have neither pointing at /usr/local/cuda (where CUDA, NCCL and cuDNN are looked for).
+  if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  fi
+  say "nvcc: $(command -v nvcc || echo 'none on PATH: the configure step will fail')"
   step configure 120 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMWMS_WITH_CUDA=ON \
-    -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || exit 1
+    -DMWMS_BUILD_BENCH=OFF -DMWMS_BUILD_EXAMPLES=OFF -DMWMS_WITH_MPI=OFF || give_up configure
   step build 300 cmake --build "$build" -j "$jobs" --target mwms_gpu_kernels_tests \
-    mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || exit 1
+    mwms_gpu_nccl_tests mwms_gpu_bench mwms_unit_tests || give_up build
   # Every later step's targets in one parallel build (the steps below build what is still missing
   # one by one, as they do for a carried BUILD_DIR).
   if step configure-all 60 cmake "$build" -DMWMS_BUILD_BENCH=ON -DMWMS_BUILD_EXAMPLES=ON; then
@@ -83,10 +99,18 @@ if [[ -z "$build" ]]; then
 fi
 bin=$build/bin
 for exe in mwms_gpu_kernels_tests mwms_gpu_nccl_tests mwms_gpu_bench; do
-  [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; exit 1; }
+  [[ -x $bin/$exe ]] || { say "== FAIL $bin/$exe missing"; give_up "no $exe in $bin"; }
 done
-# ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart.
-step ldd 10 ldd "$bin/mwms_gpu_nccl_tests"
+# ldd shows what a driver machine resolves: libcudart, libnccl, and libcuda only through cudart
+# (and train's libcudnn, libcublas). ldd itself exits 0 when a library is missing, so a "not
+# found" line fails the step: every GPU step after it would fail to start.
+step ldd 10 bash -c 'missing=0
+  for exe; do
+    [[ -x $exe ]] || continue
+    echo "== $exe"; ldd "$exe"
+    if ldd "$exe" | grep -q "not found"; then echo "$exe: a library is not found"; missing=1; fi
+  done
+  exit $missing' ldd "$bin/mwms_gpu_nccl_tests" "$bin/train"
 
 step gpu-kernels 120 "$bin/mwms_gpu_kernels_tests"
 step gpu-nccl1 120 env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$bin/mwms_gpu_nccl_tests"
