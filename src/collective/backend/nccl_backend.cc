@@ -41,13 +41,9 @@ class NcclWork final : public PolledDeviceWork {
     if (q != kCudaErrorNotReady) {
       return fail(to_error(api, NativeSource::kCuda, q, "cudaEventQuery", nullptr, ctx_));
     }
-    int async = kNcclSuccess;
-    const int r = api.comm_get_async_error(shared_->comm, &async);
-    if (r != kNcclSuccess) {
-      return fail(to_error(api, NativeSource::kNccl, r, "ncclCommGetAsyncError", shared_->comm, ctx_));
-    }
-    if (async != kNcclSuccess && async != kNcclInProgress) {
-      return fail(to_error(api, NativeSource::kNccl, async, "nccl " + ctx_.op, shared_->comm, ctx_));
+    bool in_progress = false;
+    if (std::exception_ptr e = shared_->async_failure("nccl " + ctx_.op, ctx_, &in_progress)) {
+      return fail(e);
     }
     if (Clock::now() > deadline_) {
       ErrorContext ctx = timeout_context();
@@ -121,6 +117,31 @@ void NcclShared::fail(std::exception_ptr cause) noexcept {
 std::exception_ptr NcclShared::failure() {
   std::lock_guard<std::mutex> lock(mutex);
   return poison;
+}
+
+std::exception_ptr NcclShared::async_failure(const std::string& what, const ErrorContext& ctx,
+                                             bool* in_progress) noexcept {
+  *in_progress = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (poison) return poison;
+  if (aborted || destroyed || comm == nullptr) {
+    try {
+      return std::make_exception_ptr(InvalidUsage(
+          what + ": the NCCL communicator was " + (aborted ? "aborted" : "destroyed") +
+              " before the collective completed",
+          ctx));
+    } catch (...) {
+      return std::current_exception();  // std::bad_alloc
+    }
+  }
+  int async = kNcclSuccess;
+  const int r = api->comm_get_async_error(comm, &async);
+  if (r != kNcclSuccess) return to_error(*api, NativeSource::kNccl, r, "ncclCommGetAsyncError", comm, ctx);
+  if (async != kNcclSuccess && async != kNcclInProgress) {
+    return to_error(*api, NativeSource::kNccl, async, what, comm, ctx);
+  }
+  *in_progress = async == kNcclInProgress;
+  return nullptr;
 }
 
 NcclBackend::NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackendOptions options)
@@ -206,19 +227,15 @@ void NcclBackend::check(NativeSource source, int code, const char* call, const E
 
 void NcclBackend::wait_not_in_progress(const char* what, Deadline deadline,
                                        const ErrorContext& ctx) {
-  const NcclApi& api = *shared_->api;
   const double limit = common::seconds_left(deadline);
   Backoff backoff;
   for (;;) {
-    int async = kNcclSuccess;
-    check(NativeSource::kNccl, api.comm_get_async_error(shared_->comm, &async),
-          "ncclCommGetAsyncError", ctx);
-    if (async == kNcclSuccess) return;
-    if (async != kNcclInProgress) {
-      std::exception_ptr e = to_error(api, NativeSource::kNccl, async, what, shared_->comm, ctx);
+    bool in_progress = false;
+    if (std::exception_ptr e = shared_->async_failure(what, ctx, &in_progress)) {
       shared_->fail(e);
       std::rethrow_exception(e);
     }
+    if (!in_progress) return;
     if (Clock::now() > deadline) {
       ErrorContext t = ctx;
       t.timeout_seconds = limit;

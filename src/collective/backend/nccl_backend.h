@@ -68,6 +68,14 @@ struct NcclShared {
   void fail(std::exception_ptr cause) noexcept;
   /// The poison, or nullptr.
   std::exception_ptr failure();
+  /// Asks NCCL for the communicator's asynchronous state under the mutex, so that no other
+  /// thread's fail() (ncclCommAbort) or the destructor frees the communicator during the calls.
+  /// Returns the poison once failed, aborted or destroyed; the error of a failed
+  /// ncclCommGetAsyncError or of an asynchronous error (`what` names the operation); nullptr
+  /// while NCCL reports success or in progress (*in_progress says which). Does not poison: the
+  /// caller passes an error to fail(). Never throws.
+  std::exception_ptr async_failure(const std::string& what, const ErrorContext& ctx,
+                                   bool* in_progress) noexcept;
 };
 
 class NcclBackend final : public DeviceBackend {
