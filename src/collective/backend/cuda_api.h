@@ -41,7 +41,7 @@ struct CudaApi {
   /// cudaPointerGetAttributes: *is_device = 1 for device or managed memory, 0 for host memory
   /// (pageable or pinned). A pointer CUDA has never seen is host memory (0, success).
   int (*pointer_is_device)(const void* ptr, int* is_device) = nullptr;
-  const char* (*error_string)(int code) = nullptr;         ///< "cudaErrorX: text"
+  const char* (*error_string)(int code) = nullptr;         ///< cudaGetErrorString: the text
 };
 
 /// cudaErrorNotReady (driver_types.h): an event or stream still has work pending.

@@ -75,7 +75,7 @@ struct NcclApi {
   /// The mean's division on the device (kernels/cuda: the CPU path's bits), enqueued on stream.
   int (*scale_divide)(void* buffer, std::size_t count, DataType dtype, int divisor,
                       void* stream) = nullptr;
-  const char* (*cuda_error_string)(int code) = nullptr;     ///< "cudaErrorX: text"
+  const char* (*cuda_error_string)(int code) = nullptr;     ///< cudaGetErrorString: the text
 };
 
 /// The table over the real NCCL and CUDA runtime, or nullptr in a build without NCCL
