@@ -5,14 +5,13 @@
 // through NCCL (Note [gpu replicas] in device_replicas.cc). The strategy never touches sockets.
 //
 // The file in order (search for the first line of each):
-//   struct MultiWorkerMirroredStrategy::Impl   the state: communicator, replicas, bucket plans
-//   pack_tensors / unpack_tensors / solo_bytes  bucket helpers (the cut itself: buckets.cc)
+//   (the state, MultiWorkerMirroredStrategy::Impl: strategy_impl.h; bucket helpers: buckets.cc)
 //   check_same_local_replicas                   the K check, the constructors, accessors
 //   MultiWorkerMirroredStrategy::run            K local replicas; replica_all_reduce/_broadcast
 //   Note [overlapped replica buckets]           the overlapped step with K > 1 (replica_*_sync)
 //   replica_device_collective                   GPU replicas' collectives (device_replicas.cc)
 //   ReplicaContext::                            the public ReplicaContext calls, forwarding here
-//   void bucketed_all_reduce(                   the blocking bucketed all-reduce (K = 1)
+//   all_reduce_gradients                        the blocking bucketed all-reduce (K = 1)
 //   Note [overlapped buckets]                   the overlapped step with K = 1 (plan_sync, ...)
 //   MultiWorkerMirroredStrategy::reduce         scalars, shards, finalize, statistics
 #include <algorithm>
@@ -30,65 +29,18 @@
 #include "strategy/buckets.h"
 #include "strategy/device_replicas.h"
 #include "strategy/local_replicas.h"
+#include "strategy/strategy_impl.h"
 
 namespace mwms {
 
-// One bucket of an overlapped step (begin_gradient_sync): tensors [first, last) of the list.
-struct SyncBucket {
-  std::size_t first = 0;
-  std::size_t last = 0;
-  std::size_t bytes = 0;
-  DataType wire = DataType::kFloat32;  // on the wire (wire_type)
-  bool in_place = true;      // reduced where the tensors lie; otherwise through `pack`
-  std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
-  std::size_t waiting = 0;   // tensors not ready yet (K = 1)
-  int replicas_left = 0;     // K > 1: local replicas that have not made all its tensors ready
-  bool reduced = false;      // ready to start: complete (K = 1) or reduced across the replicas
-  std::shared_ptr<Work> work;
-};
-
-struct MultiWorkerMirroredStrategy::Impl {
-  CommunicationOptions options;
-  std::unique_ptr<Communicator> comm;
-  std::vector<char> pack;  // bucket staging, grown once to bytes_per_pack
-  double allreduce_seconds = 0;
-  double exposed_seconds = 0;
-  std::size_t allreduce_bytes = 0;
-
-  // Overlapped step (Note [overlapped buckets]).
-  bool sync_active = false;
-  ReduceOp sync_op = ReduceOp::kSum;
-  std::vector<TensorRef> sync_tensors;
-  std::vector<std::size_t> bucket_of;  // per tensor
-  std::vector<bool> ready;             // per tensor
-  std::vector<SyncBucket> buckets;
-  std::size_t next_launch = 0;         // buckets [0, next_launch) have started
-  std::chrono::steady_clock::time_point first_launch;
-  bool launched_any = false;
-
-  // Local replicas (null for K = 1: no thread, no copy).
-  int local_replicas = 1;
-  std::unique_ptr<strategy::LocalReplicas> replicas;
-  bool in_run = false;  // K = 1: run() is active
-
-  // Overlapped step of K > 1 local replicas (Note [overlapped replica buckets]): the bucket plan
-  // above (buckets, bucket_of, next_launch, ...) is shared, built from replica 0's list.
-  std::mutex replica_mu;      // the fields below, bucket state, and every launch (the communicator)
-  bool replica_sync = false;  // between begin and finish
-  bool replica_mean = false;  // kMean: divide in finish
-  std::vector<std::vector<TensorRef>> replica_tensors;    // per replica, its list
-  std::vector<ReduceOp> replica_op;                       // per replica, its op
-  std::vector<std::vector<char>> replica_ready;           // per replica, per tensor
-  std::vector<std::vector<std::size_t>> replica_waiting;  // per replica, per bucket
-
-  // GPU replicas (ReplicaDevice::kGpu; Note [gpu replicas]); null for kCpu.
-  std::unique_ptr<strategy::DeviceReplicas> device_replicas;
-  std::vector<const std::vector<TensorRef>*> device_tensors;  // per replica, during a call
-  std::vector<void*> device_streams;                          // per replica, during a call
-
-  void plan_sync(const std::vector<TensorRef>& gradients, ReduceOp op, int replicas_per_bucket);
-  void launch_ready_buckets();
-};
+using strategy::bucketed_all_reduce;
+using strategy::check_tensors;
+using strategy::contiguous_tensors;
+using strategy::for_each_bucket;
+using strategy::pack_tensors;
+using strategy::solo_bytes;
+using strategy::unpack_tensors;
+using strategy::wire_type;
 
 namespace {
 
@@ -101,16 +53,9 @@ CommunicationOptions effective(const CommunicationOptions& in) {
   return out;
 }
 
-// Calls fn(first, last, bytes) for each bucket of strategy::plan_buckets, in list order.
-template <typename Fn>
-void for_each_bucket(const std::vector<TensorRef>& tensors, std::size_t bytes_per_pack,
-                     std::size_t solo_bytes, Fn fn) {
-  for (const strategy::BucketSpan& b : strategy::plan_buckets(tensors, bytes_per_pack, solo_bytes)) {
-    fn(b.first, b.last, b.bytes);
-  }
-}
+}  // namespace
 
-void check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
+void strategy::check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].data == nullptr && tensors[i].count > 0) {
       throw InvalidArgument(std::string(what) + ": tensor " + std::to_string(i) +
@@ -118,72 +63,6 @@ void check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
     }
   }
 }
-
-// The 16-bit type float32 gradients travel as (Note [compression]); kFloat32 when they are sent
-// as they are (no compression, or a tensor of another dtype).
-DataType wire_type(Compression c, DataType dtype) {
-  if (c == Compression::kNone || dtype != DataType::kFloat32) return dtype;
-  return c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
-}
-
-// Copies tensors [first, last) back to back into `dst`, converted from float32 to `wire` when
-// that differs from their dtype; unpack_tensors is the inverse.
-void pack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
-                  DataType wire, char* dst) {
-  for (std::size_t i = first; i < last; ++i) {
-    if (wire != t[i].dtype) {
-      kernels::float32_to_16(reinterpret_cast<std::uint16_t*>(dst),
-                             static_cast<const float*>(t[i].data), t[i].count, wire);
-    } else if (t[i].count > 0) {
-      std::memcpy(dst, t[i].data, t[i].count * dtype_size(wire));
-    }
-    dst += t[i].count * dtype_size(wire);
-  }
-}
-
-void unpack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
-                    DataType wire, const char* src) {
-  for (std::size_t i = first; i < last; ++i) {
-    if (wire != t[i].dtype) {
-      kernels::float16_to_32(static_cast<float*>(t[i].data),
-                             reinterpret_cast<const std::uint16_t*>(src), t[i].count, wire);
-    } else if (t[i].count > 0) {
-      std::memcpy(t[i].data, src, t[i].count * dtype_size(wire));
-    }
-    src += t[i].count * dtype_size(wire);
-  }
-}
-
-// True when tensors [first, last) lie back to back in memory (a flat gradient buffer): such a
-// bucket is reduced in place, without a pack.
-bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last) {
-  for (std::size_t i = first + 1; i < last; ++i) {
-    if (!strategy::adjacent_tensors(t[i - 1], t[i])) return false;
-  }
-  return true;
-}
-
-// Note [solo tensors]: packing a tensor costs a copy in and a copy out (2 x its bytes of memory
-// traffic on each worker, at memcpy speed) to save one collective's fixed cost (a few
-// microseconds over shm, tens over TCP). For small tensors the collective's cost wins and they
-// are packed; from kSoloBytes on the copies cost more, so such a tensor is all-reduced alone,
-// where it lies (TF packs every gradient; Horovod copies every tensor into its fusion buffer).
-// bench/bucket_perf (200 CNN-shaped tensors of 256 B - 1 MiB, 25 MiB in all, 4 MiB packs, n = 2
-// on one quiet 2-core host), buckets' time relative to one all-reduce per tensor: packing
-// everything 0.53-0.63x over shm and 0.53-0.65x over TCP; with 256 KiB solo tensors 0.94-0.95x
-// and 1.08-1.09x (64 KiB: 0.89-0.99x over shm); the same 200 tensors in 1 MiB in all (none solo)
-// stay at 1.4-1.6x. With compression every float32 tensor must be converted anyway, so nothing
-// is solo then.
-std::size_t solo_bytes(const CommunicationOptions& options) {
-  if (options.compression != Compression::kNone) return static_cast<std::size_t>(-1);
-  return strategy::kSoloBytes;
-}
-
-void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
-                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
-                         ReduceOp op);
-
-}  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOptions& options)
     : MultiWorkerMirroredStrategy(resolve_from_environment(), options) {}
@@ -705,33 +584,6 @@ Shard ReplicaContext::batch_shard(std::size_t global_batch_size) const noexcept 
                     static_cast<std::size_t>(replica_id_in_sync_group));
 }
 
-namespace {
-
-// The cross-worker half of all_reduce_gradients (and of a replica all-reduce): bucket by bucket,
-// in place where the bucket is contiguous and uncompressed, else through `pack`.
-void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
-                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
-                         ReduceOp op) {
-  for_each_bucket(gradients, options.bytes_per_pack, solo_bytes(options),
-                  [&](std::size_t first, std::size_t last, std::size_t bytes) {
-                    const DataType dtype = gradients[first].dtype;
-                    const std::size_t elems = bytes / dtype_size(dtype);
-                    const DataType wire = wire_type(options.compression, dtype);
-                    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
-                      comm.all_reduce(gradients[first].data, elems, dtype, op);
-                      return;
-                    }
-                    const std::size_t wire_bytes = elems * dtype_size(wire);
-                    if (pack.size() < wire_bytes)
-                      pack.resize(std::max(wire_bytes, options.bytes_per_pack));
-                    pack_tensors(gradients, first, last, wire, pack.data());
-                    comm.all_reduce(pack.data(), elems, wire, op);
-                    unpack_tensors(gradients, first, last, wire, pack.data());
-                  });
-}
-
-}  // namespace
-
 void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorRef>& gradients,
                                                        ReduceOp op) {
   check_tensors(gradients, "all_reduce_gradients");
@@ -743,11 +595,6 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
   impl_->exposed_seconds += took;  // blocking: nothing hides it
 }
 
-// Note [compression]: with CommunicationOptions::compression, a float32 bucket is converted
-// into 16-bit values in a pack buffer, all-reduced in that type (the kernels sum float16 and
-// bfloat16 in float32 and round once per step, so every rank gets the same bits) and converted
-// back: half the bytes on the wire, two conversions per element on each worker (Horovod's
-// Compression.fp16 does the same).
 // Note [overlapped buckets]: buckets start strictly in list order, each once all its tensors
 // are ready, so every worker issues the same all-reduces in the same order (the communicator
 // runs them in call order on its progress thread) even when backprop marks tensors ready in
