@@ -1,5 +1,11 @@
-// MultiWorkerMirroredStrategy's private state, shared by the files that implement it
-// (multi_worker_mirrored_strategy.cc; the bucket helpers it uses are in buckets.cc).
+// MultiWorkerMirroredStrategy's private state, shared by the files that implement it:
+//   multi_worker_mirrored_strategy.cc  construction, accessors, run(), the blocking collectives
+//                                      (K = 1 and K > 1 local replicas), scalars, shards, stats
+//   overlap.cc                         the overlapped step with K = 1 (Note [overlapped buckets])
+//   replica_overlap.cc                 the overlapped step with K > 1 and ReplicaContext's
+//                                      begin/ready/finish calls (Note [overlapped replica buckets])
+//   replica_device.cc                  GPU replicas' device collectives (Note [gpu replicas])
+//   buckets.cc                         the bucket plan, packing and the bucketed all-reduce
 // Private to src/strategy: nothing outside it includes this header.
 #pragma once
 
