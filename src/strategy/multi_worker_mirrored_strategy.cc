@@ -52,6 +52,24 @@ void strategy::check_tensors(const std::vector<TensorRef>& tensors, const char* 
   }
 }
 
+MultiWorkerMirroredStrategy& strategy::bound_strategy(MultiWorkerMirroredStrategy* strategy,
+                                                      const char* op) {
+  if (strategy == nullptr) {
+    throw InvalidUsage(std::string(op) +
+                       ": this context was not passed by MultiWorkerMirroredStrategy::run()");
+  }
+  return *strategy;
+}
+
+void MultiWorkerMirroredStrategy::Impl::record_blocking(
+    const std::vector<TensorRef>& tensors, std::chrono::steady_clock::time_point start) noexcept {
+  for (const TensorRef& g : tensors) allreduce_bytes += g.count * dtype_size(g.dtype);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  allreduce_seconds += took;
+  exposed_seconds += took;  // blocking: nothing hides it
+}
+
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOptions& options)
     : MultiWorkerMirroredStrategy(resolve_from_environment(), options) {}
 
@@ -229,11 +247,7 @@ void MultiWorkerMirroredStrategy::replica_all_reduce(const ReplicaContext& ctx, 
   if (ctx.local_replica_id != 0) return;
   // Replica 0 runs on the strategy's thread: it alone updates the statistics, counting the whole
   // collective (waiting for the other replicas included) as exposed all-reduce time.
-  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.allreduce_seconds += took;
-  m.exposed_seconds += took;
+  m.record_blocking(tensors, start);
 }
 
 void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
@@ -250,21 +264,11 @@ void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
 }
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::all_reduce: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_all_reduce(*this, op, tensors);
+  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce").replica_all_reduce(*this, op, tensors);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::broadcast_variables: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_broadcast(*this, variables);
+  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables").replica_broadcast(*this, variables);
 }
 
 namespace {
@@ -291,10 +295,7 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
   check_tensors(gradients, "all_reduce_gradients");
   auto start = std::chrono::steady_clock::now();
   bucketed_all_reduce(*impl_->comm, impl_->options, impl_->pack, gradients, op);
-  for (const TensorRef& g : gradients) impl_->allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  impl_->allreduce_seconds += took;
-  impl_->exposed_seconds += took;  // blocking: nothing hides it
+  impl_->record_blocking(gradients, start);
 }
 
 double MultiWorkerMirroredStrategy::exposed_allreduce_seconds() const noexcept {

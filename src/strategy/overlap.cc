@@ -95,6 +95,24 @@ void MultiWorkerMirroredStrategy::Impl::launch_ready_buckets() {
   }
 }
 
+void MultiWorkerMirroredStrategy::Impl::wait_started_buckets(std::exception_ptr& error) {
+  for (SyncBucket& b : buckets) {
+    std::shared_ptr<Work> work;
+    {
+      std::lock_guard<std::mutex> lock(replica_mu);
+      work = b.work;
+    }
+    if (!work) continue;
+    try {
+      work->wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      continue;
+    }
+    if (!b.in_place && !error) unpack_tensors(sync_tensors, b.first, b.last, b.wire, b.pack.data());
+  }
+}
+
 void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRef>& gradients,
                                                       ReduceOp op) {
   Impl& m = *impl_;
@@ -136,18 +154,7 @@ void MultiWorkerMirroredStrategy::finish_gradient_sync() {
     error = std::current_exception();
   }
   const auto wait_start = std::chrono::steady_clock::now();
-  for (SyncBucket& b : m.buckets) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (...) {
-      if (!error) error = std::current_exception();
-      continue;
-    }
-    if (!b.in_place && !error) {
-      unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
-    }
-  }
+  m.wait_started_buckets(error);
   const auto end = std::chrono::steady_clock::now();
   m.exposed_seconds += std::chrono::duration<double>(end - wait_start).count();
   if (m.launched_any) {

@@ -42,31 +42,17 @@ void MultiWorkerMirroredStrategy::replica_device_collective(const ReplicaContext
     issue();
   }
   if (broadcast || r != 0) return;
-  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.allreduce_seconds += took;
-  m.exposed_seconds += took;
+  m.record_blocking(tensors, start);
 }
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors,
                                 DeviceStream stream) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::all_reduce: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_device_collective(*this, op, tensors, stream, false);
+  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce").replica_device_collective(*this, op, tensors, stream, false);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables,
                                          DeviceStream stream) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::broadcast_variables: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
+  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables").replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
 }
 
 }  // namespace mwms

@@ -170,22 +170,7 @@ void MultiWorkerMirroredStrategy::replica_finish_sync(const ReplicaContext& ctx)
   // Replica 0, once every replica has marked everything ready (so every bucket has started).
   const auto wait_buckets = [&](const std::vector<TensorRef>&) {
     std::exception_ptr error;
-    for (SyncBucket& b : m.buckets) {
-      std::shared_ptr<Work> work;
-      {
-        std::lock_guard<std::mutex> lock(m.replica_mu);
-        work = b.work;
-      }
-      if (!work) continue;
-      try {
-        work->wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-        continue;
-      }
-      if (!b.in_place && !error)
-        unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
-    }
+    m.wait_started_buckets(error);
     const auto end = std::chrono::steady_clock::now();
     // Replica 0's whole finish is exposed (waiting for its siblings included, as in
     // ReplicaContext::all_reduce); the communication spans from the first bucket's start.
@@ -227,30 +212,15 @@ void MultiWorkerMirroredStrategy::drain_replica_sync() noexcept {
 
 void ReplicaContext::begin_gradient_sync(const std::vector<TensorRef>& gradients,
                                          ReduceOp op) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::begin_gradient_sync: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_begin_sync(*this, gradients, op);
+  strategy::bound_strategy(strategy_, "ReplicaContext::begin_gradient_sync").replica_begin_sync(*this, gradients, op);
 }
 
 void ReplicaContext::gradient_ready(std::size_t index) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::gradient_ready: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_gradient_ready(*this, index);
+  strategy::bound_strategy(strategy_, "ReplicaContext::gradient_ready").replica_gradient_ready(*this, index);
 }
 
 void ReplicaContext::finish_gradient_sync() const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::finish_gradient_sync: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_finish_sync(*this);
+  strategy::bound_strategy(strategy_, "ReplicaContext::finish_gradient_sync").replica_finish_sync(*this);
 }
 
 }  // namespace mwms

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -88,6 +89,17 @@ struct MultiWorkerMirroredStrategy::Impl {
   /// (Note [overlapped buckets]). K > 1: called under replica_mu. Does not block; throws as
   /// Communicator::all_reduce_async. (overlap.cc)
   void launch_ready_buckets();
+  /// Waits for every started bucket of the step (each under the communicator's deadline) and
+  /// unpacks the packed ones into sync_tensors while no error has been seen; keeps in `error`
+  /// the first failure (unless it already holds one) and goes on waiting, so that no bucket is
+  /// left in flight. Reads each bucket's work under replica_mu; the caller must not hold it.
+  /// (overlap.cc)
+  void wait_started_buckets(std::exception_ptr& error);
+  /// Adds a blocking collective of `tensors` begun at `start` to the statistics: its bytes, and
+  /// the time until now as both all-reduce and exposed time. The strategy's thread only (replica
+  /// 0 with K > 1). Never throws. (multi_worker_mirrored_strategy.cc)
+  void record_blocking(const std::vector<TensorRef>& tensors,
+                       std::chrono::steady_clock::time_point start) noexcept;
 };
 
 namespace strategy {
@@ -95,6 +107,10 @@ namespace strategy {
 /// Throws InvalidArgument naming `what` and the tensor index when a tensor has null data and a
 /// nonzero count. Never blocks.
 void check_tensors(const std::vector<TensorRef>& tensors, const char* what);
+
+/// The strategy a ReplicaContext call forwards to: `strategy` itself, or InvalidUsage naming `op`
+/// when it is null (a context not passed by MultiWorkerMirroredStrategy::run()). Never blocks.
+MultiWorkerMirroredStrategy& bound_strategy(MultiWorkerMirroredStrategy* strategy, const char* op);
 
 }  // namespace strategy
 }  // namespace mwms
