@@ -264,11 +264,13 @@ void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
 }
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce").replica_all_reduce(*this, op, tensors);
+  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce")
+      .replica_all_reduce(*this, op, tensors);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables").replica_broadcast(*this, variables);
+  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables")
+      .replica_broadcast(*this, variables);
 }
 
 namespace {

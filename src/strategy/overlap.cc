@@ -4,6 +4,7 @@
 // (replica_overlap.cc) shares plan_sync and launch_ready_buckets.
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 

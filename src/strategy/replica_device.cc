@@ -47,12 +47,14 @@ void MultiWorkerMirroredStrategy::replica_device_collective(const ReplicaContext
 
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors,
                                 DeviceStream stream) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce").replica_device_collective(*this, op, tensors, stream, false);
+  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce")
+      .replica_device_collective(*this, op, tensors, stream, false);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables,
                                          DeviceStream stream) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables").replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
+  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables")
+      .replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
 }
 
 }  // namespace mwms

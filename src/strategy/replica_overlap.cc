@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 
@@ -19,7 +18,6 @@
 namespace mwms {
 
 using strategy::check_tensors;
-using strategy::unpack_tensors;
 
 // Note [overlapped replica buckets]: the overlapped step of K > 1 local replicas
 // (ReplicaContext::begin_gradient_sync / gradient_ready / finish_gradient_sync) is the
@@ -212,15 +210,18 @@ void MultiWorkerMirroredStrategy::drain_replica_sync() noexcept {
 
 void ReplicaContext::begin_gradient_sync(const std::vector<TensorRef>& gradients,
                                          ReduceOp op) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::begin_gradient_sync").replica_begin_sync(*this, gradients, op);
+  strategy::bound_strategy(strategy_, "ReplicaContext::begin_gradient_sync")
+      .replica_begin_sync(*this, gradients, op);
 }
 
 void ReplicaContext::gradient_ready(std::size_t index) const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::gradient_ready").replica_gradient_ready(*this, index);
+  strategy::bound_strategy(strategy_, "ReplicaContext::gradient_ready")
+      .replica_gradient_ready(*this, index);
 }
 
 void ReplicaContext::finish_gradient_sync() const {
-  strategy::bound_strategy(strategy_, "ReplicaContext::finish_gradient_sync").replica_finish_sync(*this);
+  strategy::bound_strategy(strategy_, "ReplicaContext::finish_gradient_sync")
+      .replica_finish_sync(*this);
 }
 
 }  // namespace mwms
