@@ -1,11 +1,14 @@
 // How the strategy cuts a gradient list into buckets (packs), shared by the blocking and the
-// overlapped paths (multi_worker_mirrored_strategy.cc), so that every worker, given the same
-// list, issues the same all-reduces.
+// overlapped paths (multi_worker_mirrored_strategy.cc, overlap.cc, replica_overlap.cc), so that
+// every worker, given the same list, issues the same all-reduces; and the bucket helpers of those
+// paths: the wire type of compression, packing and unpacking, and the blocking bucketed
+// all-reduce.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "mwms/communicator.h"
 #include "mwms/strategy.h"
 
 namespace mwms::strategy {
@@ -30,5 +33,47 @@ struct BucketSpan {
 /// except std::bad_alloc.
 std::vector<BucketSpan> plan_buckets(const std::vector<TensorRef>& tensors,
                                      std::size_t bytes_per_pack, std::size_t solo_bytes);
+
+/// Calls fn(first, last, bytes) for each bucket of plan_buckets, in list order. Throws what fn
+/// throws (and std::bad_alloc).
+template <typename Fn>
+void for_each_bucket(const std::vector<TensorRef>& tensors, std::size_t bytes_per_pack,
+                     std::size_t solo_bytes, Fn fn) {
+  for (const BucketSpan& b : plan_buckets(tensors, bytes_per_pack, solo_bytes)) {
+    fn(b.first, b.last, b.bytes);
+  }
+}
+
+/// The solo_bytes argument of plan_buckets for these options: kSoloBytes, or no limit (SIZE_MAX)
+/// with compression, where every float32 tensor is converted anyway (Note [solo tensors]).
+std::size_t solo_bytes(const CommunicationOptions& options) noexcept;
+
+/// The 16-bit type float32 gradients travel as (Note [compression]); `dtype` itself when they
+/// are sent as they are (no compression, or a tensor of another dtype).
+DataType wire_type(Compression c, DataType dtype) noexcept;
+
+/// Copies tensors [first, last) of `t` back to back into `dst` (room for the sum of their counts
+/// in `wire` elements), converted from float32 to `wire` when that differs from their dtype.
+/// Never throws.
+void pack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
+                  DataType wire, char* dst);
+/// The inverse of pack_tensors: copies `src` back into tensors [first, last), converting from
+/// `wire` to float32 where it differs from their dtype. Never throws.
+void unpack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
+                    DataType wire, const char* src);
+
+/// True when tensors [first, last) lie back to back in memory (a flat gradient buffer): such a
+/// bucket is reduced in place, without a pack.
+bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first,
+                        std::size_t last) noexcept;
+
+/// The cross-worker half of all_reduce_gradients (and of a K > 1 replica all-reduce): all-reduces
+/// `gradients` with `op` bucket by bucket (plan_buckets with options.bytes_per_pack and
+/// solo_bytes(options)), in place where the bucket is contiguous and uncompressed, else through
+/// `pack` (grown to at least options.bytes_per_pack when too small). Blocking, collective across
+/// workers; throws as Communicator::all_reduce.
+void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
+                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
+                         ReduceOp op);
 
 }  // namespace mwms::strategy

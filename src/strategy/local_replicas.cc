@@ -68,12 +68,7 @@ LocalReplicas::LocalReplicas(int k, double timeout_seconds, int worker, ErrorCon
   try {
     for (int i = 1; i < k; ++i) threads_.emplace_back([this, i] { thread_main(i); });
   } catch (const std::system_error& e) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    job_cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
+    stop_threads();
     throw BackendError("cannot start the thread of local replica " +
                            std::to_string(threads_.size() + 1) + " of " + std::to_string(k) + ": " +
                            e.what(),
@@ -81,7 +76,9 @@ LocalReplicas::LocalReplicas(int k, double timeout_seconds, int worker, ErrorCon
   }
 }
 
-LocalReplicas::~LocalReplicas() {
+LocalReplicas::~LocalReplicas() { stop_threads(); }
+
+void LocalReplicas::stop_threads() noexcept {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -298,21 +295,9 @@ void LocalReplicas::collective(int local_id, const std::vector<TensorRef>& tenso
     barrier(local_id, op);
   }
   if (local_id == 0) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      leader_busy_ = true;
-    }
-    try {
+    lead([&] {
       if (across) across(tensors);
-    } catch (...) {
-      std::exception_ptr error = std::current_exception();
-      std::lock_guard<std::mutex> lock(mu_);
-      leader_busy_ = false;
-      fail_locked(0, error, what_of(error));
-      throw;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    leader_busy_ = false;
+    });
   }
   barrier(local_id, op);
   if (local_id != 0) {
@@ -362,26 +347,28 @@ void LocalReplicas::share(int local_id, const std::vector<TensorRef>& tensors, c
 void LocalReplicas::step(int local_id, const std::vector<TensorRef>& tensors, const char* op,
                          const std::function<void()>& leader) {
   gather(local_id, &tensors, op);
-  if (local_id == 0) {
-    // leader() may wait on the devices or the network under its own deadlines (a GPU replicas'
-    // NCCL group): the others re-arm theirs meanwhile, as in phase 3 of a collective.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      leader_busy_ = true;
-    }
-    try {
-      leader();
-    } catch (...) {
-      std::exception_ptr error = std::current_exception();
-      std::lock_guard<std::mutex> lock(mu_);
-      leader_busy_ = false;
-      fail_locked(0, error, what_of(error));
-      throw;
-    }
+  // leader() may wait on the devices or the network under its own deadlines (a GPU replicas'
+  // NCCL group): the others re-arm theirs meanwhile, as in phase 3 of a collective.
+  if (local_id == 0) lead(leader);
+  barrier(local_id, op);
+}
+
+void LocalReplicas::lead(const std::function<void()>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_busy_ = true;
+  }
+  try {
+    fn();
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
     std::lock_guard<std::mutex> lock(mu_);
     leader_busy_ = false;
+    fail_locked(0, error, what_of(error));
+    throw;
   }
-  barrier(local_id, op);
+  std::lock_guard<std::mutex> lock(mu_);
+  leader_busy_ = false;
 }
 
 }  // namespace mwms::strategy

@@ -73,6 +73,8 @@ class LocalReplicas {
             const std::function<void()>& leader);
 
  private:
+  // Tells the replica threads to stop and joins every started one (they are idle between runs).
+  void stop_threads() noexcept;
   void thread_main(int local_id);
   void run_body(int local_id);
   // Registers `tensors` for local_id and waits until every replica has (phase 0 of a
@@ -83,6 +85,10 @@ class LocalReplicas {
   void collective(int local_id, const std::vector<TensorRef>& tensors, const char* op,
                   const std::function<void(int)>& local_step,
                   const std::function<void(const std::vector<TensorRef>&)>& across);
+  // Replica 0 runs fn() alone (phase 3 of a collective, or step()'s leader) with leader_busy_
+  // set, so the others re-arm their deadline; a failure of fn() is recorded as the root and
+  // rethrown.
+  void lead(const std::function<void()>& fn);
   // Records the first failure (under mu_) and wakes every waiter.
   void fail_locked(int local_id, std::exception_ptr error, const std::string& what);
   [[noreturn]] void throw_replica_error_locked(int local_id, const char* op);

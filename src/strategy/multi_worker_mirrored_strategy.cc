@@ -4,21 +4,14 @@
 // (Note [overlapped buckets], Note [overlapped replica buckets]); GPU replicas' device buffers
 // through NCCL (Note [gpu replicas] in device_replicas.cc). The strategy never touches sockets.
 //
-// The file in order (search for the first line of each):
-//   struct MultiWorkerMirroredStrategy::Impl   the state: communicator, replicas, bucket plans
-//   pack_tensors / unpack_tensors / solo_bytes  bucket helpers (the cut itself: buckets.cc)
-//   check_same_local_replicas                   the K check, the constructors, accessors
-//   MultiWorkerMirroredStrategy::run            K local replicas; replica_all_reduce/_broadcast
-//   Note [overlapped replica buckets]           the overlapped step with K > 1 (replica_*_sync)
-//   replica_device_collective                   GPU replicas' collectives (device_replicas.cc)
-//   ReplicaContext::                            the public ReplicaContext calls, forwarding here
-//   void bucketed_all_reduce(                   the blocking bucketed all-reduce (K = 1)
-//   Note [overlapped buckets]                   the overlapped step with K = 1 (plan_sync, ...)
-//   MultiWorkerMirroredStrategy::reduce         scalars, shards, finalize, statistics
+// This file: construction (the K check), accessors, run(), the blocking collectives (K = 1:
+// all_reduce_gradients; K > 1: replica_all_reduce / _broadcast), scalars, shards, finalize and
+// statistics. The rest (the state: strategy_impl.h): the bucket helpers in buckets.cc, the
+// overlapped step with K = 1 in overlap.cc (Note [overlapped buckets]) and with K > 1 in
+// replica_overlap.cc (Note [overlapped replica buckets]), GPU replicas' device collectives in
+// replica_device.cc.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <exception>
 #include <mutex>
 #include <string>
 
@@ -30,65 +23,12 @@
 #include "strategy/buckets.h"
 #include "strategy/device_replicas.h"
 #include "strategy/local_replicas.h"
+#include "strategy/strategy_impl.h"
 
 namespace mwms {
 
-// One bucket of an overlapped step (begin_gradient_sync): tensors [first, last) of the list.
-struct SyncBucket {
-  std::size_t first = 0;
-  std::size_t last = 0;
-  std::size_t bytes = 0;
-  DataType wire = DataType::kFloat32;  // on the wire (wire_type)
-  bool in_place = true;      // reduced where the tensors lie; otherwise through `pack`
-  std::vector<char> pack;    // this bucket's own staging (buckets are in flight together)
-  std::size_t waiting = 0;   // tensors not ready yet (K = 1)
-  int replicas_left = 0;     // K > 1: local replicas that have not made all its tensors ready
-  bool reduced = false;      // ready to start: complete (K = 1) or reduced across the replicas
-  std::shared_ptr<Work> work;
-};
-
-struct MultiWorkerMirroredStrategy::Impl {
-  CommunicationOptions options;
-  std::unique_ptr<Communicator> comm;
-  std::vector<char> pack;  // bucket staging, grown once to bytes_per_pack
-  double allreduce_seconds = 0;
-  double exposed_seconds = 0;
-  std::size_t allreduce_bytes = 0;
-
-  // Overlapped step (Note [overlapped buckets]).
-  bool sync_active = false;
-  ReduceOp sync_op = ReduceOp::kSum;
-  std::vector<TensorRef> sync_tensors;
-  std::vector<std::size_t> bucket_of;  // per tensor
-  std::vector<bool> ready;             // per tensor
-  std::vector<SyncBucket> buckets;
-  std::size_t next_launch = 0;         // buckets [0, next_launch) have started
-  std::chrono::steady_clock::time_point first_launch;
-  bool launched_any = false;
-
-  // Local replicas (null for K = 1: no thread, no copy).
-  int local_replicas = 1;
-  std::unique_ptr<strategy::LocalReplicas> replicas;
-  bool in_run = false;  // K = 1: run() is active
-
-  // Overlapped step of K > 1 local replicas (Note [overlapped replica buckets]): the bucket plan
-  // above (buckets, bucket_of, next_launch, ...) is shared, built from replica 0's list.
-  std::mutex replica_mu;      // the fields below, bucket state, and every launch (the communicator)
-  bool replica_sync = false;  // between begin and finish
-  bool replica_mean = false;  // kMean: divide in finish
-  std::vector<std::vector<TensorRef>> replica_tensors;    // per replica, its list
-  std::vector<ReduceOp> replica_op;                       // per replica, its op
-  std::vector<std::vector<char>> replica_ready;           // per replica, per tensor
-  std::vector<std::vector<std::size_t>> replica_waiting;  // per replica, per bucket
-
-  // GPU replicas (ReplicaDevice::kGpu; Note [gpu replicas]); null for kCpu.
-  std::unique_ptr<strategy::DeviceReplicas> device_replicas;
-  std::vector<const std::vector<TensorRef>*> device_tensors;  // per replica, during a call
-  std::vector<void*> device_streams;                          // per replica, during a call
-
-  void plan_sync(const std::vector<TensorRef>& gradients, ReduceOp op, int replicas_per_bucket);
-  void launch_ready_buckets();
-};
+using strategy::bucketed_all_reduce;
+using strategy::check_tensors;
 
 namespace {
 
@@ -101,16 +41,9 @@ CommunicationOptions effective(const CommunicationOptions& in) {
   return out;
 }
 
-// Calls fn(first, last, bytes) for each bucket of strategy::plan_buckets, in list order.
-template <typename Fn>
-void for_each_bucket(const std::vector<TensorRef>& tensors, std::size_t bytes_per_pack,
-                     std::size_t solo_bytes, Fn fn) {
-  for (const strategy::BucketSpan& b : strategy::plan_buckets(tensors, bytes_per_pack, solo_bytes)) {
-    fn(b.first, b.last, b.bytes);
-  }
-}
+}  // namespace
 
-void check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
+void strategy::check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].data == nullptr && tensors[i].count > 0) {
       throw InvalidArgument(std::string(what) + ": tensor " + std::to_string(i) +
@@ -119,71 +52,23 @@ void check_tensors(const std::vector<TensorRef>& tensors, const char* what) {
   }
 }
 
-// The 16-bit type float32 gradients travel as (Note [compression]); kFloat32 when they are sent
-// as they are (no compression, or a tensor of another dtype).
-DataType wire_type(Compression c, DataType dtype) {
-  if (c == Compression::kNone || dtype != DataType::kFloat32) return dtype;
-  return c == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
-}
-
-// Copies tensors [first, last) back to back into `dst`, converted from float32 to `wire` when
-// that differs from their dtype; unpack_tensors is the inverse.
-void pack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
-                  DataType wire, char* dst) {
-  for (std::size_t i = first; i < last; ++i) {
-    if (wire != t[i].dtype) {
-      kernels::float32_to_16(reinterpret_cast<std::uint16_t*>(dst),
-                             static_cast<const float*>(t[i].data), t[i].count, wire);
-    } else if (t[i].count > 0) {
-      std::memcpy(dst, t[i].data, t[i].count * dtype_size(wire));
-    }
-    dst += t[i].count * dtype_size(wire);
+MultiWorkerMirroredStrategy& strategy::bound_strategy(MultiWorkerMirroredStrategy* strategy,
+                                                      const char* op) {
+  if (strategy == nullptr) {
+    throw InvalidUsage(std::string(op) +
+                       ": this context was not passed by MultiWorkerMirroredStrategy::run()");
   }
+  return *strategy;
 }
 
-void unpack_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last,
-                    DataType wire, const char* src) {
-  for (std::size_t i = first; i < last; ++i) {
-    if (wire != t[i].dtype) {
-      kernels::float16_to_32(static_cast<float*>(t[i].data),
-                             reinterpret_cast<const std::uint16_t*>(src), t[i].count, wire);
-    } else if (t[i].count > 0) {
-      std::memcpy(t[i].data, src, t[i].count * dtype_size(wire));
-    }
-    src += t[i].count * dtype_size(wire);
-  }
+void MultiWorkerMirroredStrategy::Impl::record_blocking(
+    const std::vector<TensorRef>& tensors, std::chrono::steady_clock::time_point start) noexcept {
+  for (const TensorRef& g : tensors) allreduce_bytes += g.count * dtype_size(g.dtype);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  allreduce_seconds += took;
+  exposed_seconds += took;  // blocking: nothing hides it
 }
-
-// True when tensors [first, last) lie back to back in memory (a flat gradient buffer): such a
-// bucket is reduced in place, without a pack.
-bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first, std::size_t last) {
-  for (std::size_t i = first + 1; i < last; ++i) {
-    if (!strategy::adjacent_tensors(t[i - 1], t[i])) return false;
-  }
-  return true;
-}
-
-// Note [solo tensors]: packing a tensor costs a copy in and a copy out (2 x its bytes of memory
-// traffic on each worker, at memcpy speed) to save one collective's fixed cost (a few
-// microseconds over shm, tens over TCP). For small tensors the collective's cost wins and they
-// are packed; from kSoloBytes on the copies cost more, so such a tensor is all-reduced alone,
-// where it lies (TF packs every gradient; Horovod copies every tensor into its fusion buffer).
-// bench/bucket_perf (200 CNN-shaped tensors of 256 B - 1 MiB, 25 MiB in all, 4 MiB packs, n = 2
-// on one quiet 2-core host), buckets' time relative to one all-reduce per tensor: packing
-// everything 0.53-0.63x over shm and 0.53-0.65x over TCP; with 256 KiB solo tensors 0.94-0.95x
-// and 1.08-1.09x (64 KiB: 0.89-0.99x over shm); the same 200 tensors in 1 MiB in all (none solo)
-// stay at 1.4-1.6x. With compression every float32 tensor must be converted anyway, so nothing
-// is solo then.
-std::size_t solo_bytes(const CommunicationOptions& options) {
-  if (options.compression != Compression::kNone) return static_cast<std::size_t>(-1);
-  return strategy::kSoloBytes;
-}
-
-void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
-                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
-                         ReduceOp op);
-
-}  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const CommunicationOptions& options)
     : MultiWorkerMirroredStrategy(resolve_from_environment(), options) {}
@@ -362,11 +247,7 @@ void MultiWorkerMirroredStrategy::replica_all_reduce(const ReplicaContext& ctx, 
   if (ctx.local_replica_id != 0) return;
   // Replica 0 runs on the strategy's thread: it alone updates the statistics, counting the whole
   // collective (waiting for the other replicas included) as exposed all-reduce time.
-  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.allreduce_seconds += took;
-  m.exposed_seconds += took;
+  m.record_blocking(tensors, start);
 }
 
 void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
@@ -382,308 +263,14 @@ void MultiWorkerMirroredStrategy::replica_broadcast(const ReplicaContext& ctx,
       [&](const std::vector<TensorRef>& mine) { broadcast_variables(mine); });
 }
 
-// Note [overlapped replica buckets]: the overlapped step of K > 1 local replicas
-// (ReplicaContext::begin_gradient_sync / gradient_ready / finish_gradient_sync) is the
-// per-worker overlapped step of Note [overlapped buckets] with a local reduction in front:
-//   - begin is a local collective (LocalReplicas::step): every replica registers its list (a
-//     copy, kept by the strategy for the step), replica 0 checks the ops and builds the bucket
-//     plan from its own list (the plan the strategy's begin_gradient_sync would build);
-//   - each replica counts, per bucket, its tensors not ready yet; the replica whose
-//     gradient_ready completes a bucket on the LAST of the K replicas (a shared per-bucket
-//     count, under replica_mu) reduces that bucket alone, on its own thread, into replica 0's
-//     tensors in replica order (element i is ((t0 op t1) op t2) ...: the bits of the
-//     non-overlapped ReplicaContext::all_reduce, whichever thread does it and whenever), then,
-//     under replica_mu, marks it reduced and starts every reduced bucket whose predecessors have
-//     started, so buckets start in list order on every worker and the communicator is called by
-//     one thread at a time; the all-reduces run on the communicator's progress thread while the
-//     replicas' backprop goes on;
-//   - finish marks the replica's remaining tensors ready, then a local collective
-//     (LocalReplicas::share): replica 0 waits for every bucket (the communicator's deadline;
-//     the other replicas' local deadline is re-armed meanwhile), unpacks, divides for kMean (the
-//     local and cross-worker steps sum; one division by num_replicas_in_sync, as the
-//     non-overlapped path), and the others copy replica 0's result into their own tensors.
-// A replica that fails mid-step leaves buckets that will never complete locally: its siblings
-// fail in their next local wait (ReplicaError naming it), and run() waits for the buckets that
-// did start (drain_replica_sync: their buffers are the replicas' tensors) before it rethrows.
-void MultiWorkerMirroredStrategy::check_no_replica_sync(const char* op) {
-  std::lock_guard<std::mutex> lock(impl_->replica_mu);
-  if (impl_->replica_sync) {
-    throw InvalidUsage(std::string(op) +
-                       " called between ReplicaContext::begin_gradient_sync and "
-                       "finish_gradient_sync: finish the overlapped step first");
-  }
-}
-
-void MultiWorkerMirroredStrategy::replica_begin_sync(const ReplicaContext& ctx,
-                                                     const std::vector<TensorRef>& gradients,
-                                                     ReduceOp op) {
-  if (!impl_->replicas) {
-    begin_gradient_sync(gradients, op);
-    return;
-  }
-  Impl& m = *impl_;
-  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-  check_tensors(gradients, "ReplicaContext::begin_gradient_sync");
-  {
-    std::lock_guard<std::mutex> lock(m.replica_mu);
-    if (m.replica_sync) {
-      throw InvalidUsage("ReplicaContext::begin_gradient_sync called again by local replica " +
-                         std::to_string(r) + " before finish_gradient_sync");
-    }
-    if (m.replica_tensors.size() != static_cast<std::size_t>(m.local_replicas)) {
-      m.replica_tensors.resize(static_cast<std::size_t>(m.local_replicas));
-      m.replica_op.resize(static_cast<std::size_t>(m.local_replicas));
-      m.replica_ready.resize(static_cast<std::size_t>(m.local_replicas));
-      m.replica_waiting.resize(static_cast<std::size_t>(m.local_replicas));
-    }
-    // Capacity reused from the previous step: nothing allocated once grown.
-    m.replica_tensors[r].assign(gradients.begin(), gradients.end());
-    m.replica_op[r] = op;
-  }
-  m.replicas->step(ctx.local_replica_id, gradients, "ReplicaContext::begin_gradient_sync", [&] {
-    // Replica 0, once every replica has registered its list (shapes checked).
-    std::lock_guard<std::mutex> lock(m.replica_mu);
-    if (m.sync_active) {
-      throw InvalidUsage(
-          "ReplicaContext::begin_gradient_sync called while the strategy's own "
-          "begin_gradient_sync step is active");
-    }
-    for (std::size_t j = 1; j < m.replica_op.size(); ++j) {
-      if (m.replica_op[j] != m.replica_op[0]) {
-        throw InvalidArgument(
-            "ReplicaContext::begin_gradient_sync: local replica " + std::to_string(j) +
-            " passed op " + std::string(to_string(m.replica_op[j])) + ", local replica 0 passed " +
-            std::string(to_string(m.replica_op[0])));
-      }
-    }
-    m.replica_mean = op == ReduceOp::kMean;
-    m.plan_sync(m.replica_tensors[0], m.replica_mean ? ReduceOp::kSum : op, m.local_replicas);
-    for (std::size_t j = 0; j < m.replica_tensors.size(); ++j) {
-      m.replica_ready[j].assign(gradients.size(), 0);
-      m.replica_waiting[j].resize(m.buckets.size());
-      for (std::size_t b = 0; b < m.buckets.size(); ++b)
-        m.replica_waiting[j][b] = m.buckets[b].last - m.buckets[b].first;
-    }
-    m.replica_sync = true;
-  });
-}
-
-void MultiWorkerMirroredStrategy::replica_gradient_ready(const ReplicaContext& ctx,
-                                                         std::size_t index) {
-  if (!impl_->replicas) {
-    gradient_ready(index);
-    return;
-  }
-  Impl& m = *impl_;
-  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-  std::size_t bucket = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.replica_mu);
-    if (!m.replica_sync) {
-      throw InvalidUsage("ReplicaContext::gradient_ready called by local replica " +
-                         std::to_string(r) + " without begin_gradient_sync");
-    }
-    if (index >= m.replica_tensors[r].size()) {
-      throw InvalidUsage("ReplicaContext::gradient_ready(" + std::to_string(index) +
-                         "): local replica " + std::to_string(r) + "'s step has " +
-                         std::to_string(m.replica_tensors[r].size()) + " gradient tensors");
-    }
-    if (m.replica_ready[r][index]) return;
-    m.replica_ready[r][index] = 1;
-    bucket = m.bucket_of[index];
-    if (--m.replica_waiting[r][bucket] > 0) return;
-    if (--m.buckets[bucket].replicas_left > 0) return;
-  }
-  // This replica completed the bucket on the last of the K: every replica's tensors of it are
-  // final and no other thread touches them (the plan and lists are fixed during the step).
-  const SyncBucket& b = m.buckets[bucket];
-  const std::vector<TensorRef>& dst = m.replica_tensors[0];
-  for (std::size_t t = b.first; t < b.last; ++t) {
-    for (std::size_t j = 1; j < m.replica_tensors.size(); ++j) {
-      kernels::reduce(dst[t].data, m.replica_tensors[j][t].data, dst[t].count, dst[t].dtype,
-                      m.sync_op);
-    }
-  }
-  std::lock_guard<std::mutex> lock(m.replica_mu);
-  m.buckets[bucket].reduced = true;
-  m.launch_ready_buckets();
-}
-
-void MultiWorkerMirroredStrategy::replica_finish_sync(const ReplicaContext& ctx) {
-  if (!impl_->replicas) {
-    finish_gradient_sync();
-    return;
-  }
-  Impl& m = *impl_;
-  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-  const auto start = std::chrono::steady_clock::now();
-  std::size_t count = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.replica_mu);
-    if (!m.replica_sync) {
-      throw InvalidUsage("ReplicaContext::finish_gradient_sync called by local replica " +
-                         std::to_string(r) + " without begin_gradient_sync");
-    }
-    count = m.replica_tensors[r].size();
-  }
-  for (std::size_t i = 0; i < count; ++i) replica_gradient_ready(ctx, i);
-  const int replicas = num_replicas_in_sync();
-  // Replica 0, once every replica has marked everything ready (so every bucket has started).
-  const auto wait_buckets = [&](const std::vector<TensorRef>&) {
-    std::exception_ptr error;
-    for (SyncBucket& b : m.buckets) {
-      std::shared_ptr<Work> work;
-      {
-        std::lock_guard<std::mutex> lock(m.replica_mu);
-        work = b.work;
-      }
-      if (!work) continue;
-      try {
-        work->wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-        continue;
-      }
-      if (!b.in_place && !error)
-        unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
-    }
-    const auto end = std::chrono::steady_clock::now();
-    // Replica 0's whole finish is exposed (waiting for its siblings included, as in
-    // ReplicaContext::all_reduce); the communication spans from the first bucket's start.
-    const auto from = m.launched_any ? std::min(m.first_launch, start) : start;
-    m.allreduce_seconds += std::chrono::duration<double>(end - from).count();
-    m.exposed_seconds += std::chrono::duration<double>(end - start).count();
-    for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-    {
-      std::lock_guard<std::mutex> lock(m.replica_mu);
-      for (SyncBucket& b : m.buckets) b.work.reset();
-      m.replica_sync = false;
-    }
-    if (error) std::rethrow_exception(error);
-    if (m.replica_mean) {
-      for (const TensorRef& t : m.sync_tensors)
-        kernels::scale_divide(t.data, t.count, t.dtype, replicas);
-    }
-  };
-  m.replicas->share(ctx.local_replica_id, m.replica_tensors[r],
-                    "ReplicaContext::finish_gradient_sync", wait_buckets);
-}
-
-void MultiWorkerMirroredStrategy::drain_replica_sync() noexcept {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.replica_mu);  // every replica thread has returned
-  if (!m.replica_sync) return;
-  for (SyncBucket& b : m.buckets) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();  // under the communicator's deadline
-    } catch (const std::exception& e) {
-      MWMS_LOG_WARN(kStrat,
-                    "a bucket of the failed overlapped replica step failed too: " << e.what());
-    }
-    b.work.reset();
-  }
-  m.replica_sync = false;
-}
-
-void MultiWorkerMirroredStrategy::replica_device_collective(const ReplicaContext& ctx, ReduceOp op,
-                                                            const std::vector<TensorRef>& tensors,
-                                                            DeviceStream stream, bool broadcast) {
-  const char* name = broadcast ? "ReplicaContext::broadcast_variables (device)"
-                               : "ReplicaContext::all_reduce (device)";
-  Impl& m = *impl_;
-  if (!m.device_replicas) {
-    throw InvalidUsage(std::string(name) +
-                       ": this strategy's replicas are on the CPU (ReplicaOptions::device "
-                       "kCpu); pass host tensors without a DeviceStream, or use kGpu");
-  }
-  check_tensors(tensors, name);
-  check_no_replica_sync(name);
-  const auto start = std::chrono::steady_clock::now();
-  const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-  // Each replica fills its own slot before the local gather; replica 0 reads them all after it.
-  m.device_tensors[r] = &tensors;
-  m.device_streams[r] = stream.handle;
-  const auto issue = [&] {
-    m.device_replicas->run(m.device_tensors, m.device_streams, op, broadcast);
-  };
-  if (m.replicas) {
-    m.replicas->step(ctx.local_replica_id, tensors, name, issue);
-  } else {
-    issue();
-  }
-  if (broadcast || r != 0) return;
-  for (const TensorRef& g : tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.allreduce_seconds += took;
-  m.exposed_seconds += took;
-}
-
-void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors,
-                                DeviceStream stream) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::all_reduce: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_device_collective(*this, op, tensors, stream, false);
-}
-
-void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables,
-                                         DeviceStream stream) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::broadcast_variables: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_device_collective(*this, ReduceOp::kSum, variables, stream, true);
-}
-
-void ReplicaContext::begin_gradient_sync(const std::vector<TensorRef>& gradients,
-                                         ReduceOp op) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::begin_gradient_sync: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_begin_sync(*this, gradients, op);
-}
-
-void ReplicaContext::gradient_ready(std::size_t index) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::gradient_ready: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_gradient_ready(*this, index);
-}
-
-void ReplicaContext::finish_gradient_sync() const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::finish_gradient_sync: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_finish_sync(*this);
-}
-
 void ReplicaContext::all_reduce(ReduceOp op, const std::vector<TensorRef>& tensors) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::all_reduce: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_all_reduce(*this, op, tensors);
+  strategy::bound_strategy(strategy_, "ReplicaContext::all_reduce")
+      .replica_all_reduce(*this, op, tensors);
 }
 
 void ReplicaContext::broadcast_variables(const std::vector<TensorRef>& variables) const {
-  if (strategy_ == nullptr) {
-    throw InvalidUsage(
-        "ReplicaContext::broadcast_variables: this context was not passed by "
-        "MultiWorkerMirroredStrategy::run()");
-  }
-  strategy_->replica_broadcast(*this, variables);
+  strategy::bound_strategy(strategy_, "ReplicaContext::broadcast_variables")
+      .replica_broadcast(*this, variables);
 }
 
 namespace {
@@ -705,186 +292,12 @@ Shard ReplicaContext::batch_shard(std::size_t global_batch_size) const noexcept 
                     static_cast<std::size_t>(replica_id_in_sync_group));
 }
 
-namespace {
-
-// The cross-worker half of all_reduce_gradients (and of a replica all-reduce): bucket by bucket,
-// in place where the bucket is contiguous and uncompressed, else through `pack`.
-void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
-                         std::vector<char>& pack, const std::vector<TensorRef>& gradients,
-                         ReduceOp op) {
-  for_each_bucket(gradients, options.bytes_per_pack, solo_bytes(options),
-                  [&](std::size_t first, std::size_t last, std::size_t bytes) {
-                    const DataType dtype = gradients[first].dtype;
-                    const std::size_t elems = bytes / dtype_size(dtype);
-                    const DataType wire = wire_type(options.compression, dtype);
-                    if (wire == dtype && contiguous_tensors(gradients, first, last)) {
-                      comm.all_reduce(gradients[first].data, elems, dtype, op);
-                      return;
-                    }
-                    const std::size_t wire_bytes = elems * dtype_size(wire);
-                    if (pack.size() < wire_bytes)
-                      pack.resize(std::max(wire_bytes, options.bytes_per_pack));
-                    pack_tensors(gradients, first, last, wire, pack.data());
-                    comm.all_reduce(pack.data(), elems, wire, op);
-                    unpack_tensors(gradients, first, last, wire, pack.data());
-                  });
-}
-
-}  // namespace
-
 void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorRef>& gradients,
                                                        ReduceOp op) {
   check_tensors(gradients, "all_reduce_gradients");
   auto start = std::chrono::steady_clock::now();
   bucketed_all_reduce(*impl_->comm, impl_->options, impl_->pack, gradients, op);
-  for (const TensorRef& g : gradients) impl_->allreduce_bytes += g.count * dtype_size(g.dtype);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  impl_->allreduce_seconds += took;
-  impl_->exposed_seconds += took;  // blocking: nothing hides it
-}
-
-// Note [compression]: with CommunicationOptions::compression, a float32 bucket is converted
-// into 16-bit values in a pack buffer, all-reduced in that type (the kernels sum float16 and
-// bfloat16 in float32 and round once per step, so every rank gets the same bits) and converted
-// back: half the bytes on the wire, two conversions per element on each worker (Horovod's
-// Compression.fp16 does the same).
-// Note [overlapped buckets]: buckets start strictly in list order, each once all its tensors
-// are ready, so every worker issues the same all-reduces in the same order (the communicator
-// runs them in call order on its progress thread) even when backprop marks tensors ready in
-// another order; a bucket whose tensors are ready waits for the earlier buckets. Each bucket has
-// its own pack buffer, since several are in flight at once.
-namespace {
-
-bool same_tensors(const std::vector<TensorRef>& a, const std::vector<TensorRef>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].data != b[i].data || a[i].count != b[i].count || a[i].dtype != b[i].dtype) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Builds the bucket plan of `gradients` into m (kept when the list is the one of the previous
-// step: nothing allocated once the pack buffers have grown) and resets the per-step state.
-}  // namespace
-
-void MultiWorkerMirroredStrategy::Impl::plan_sync(const std::vector<TensorRef>& gradients,
-                                                  ReduceOp op, int replicas_per_bucket) {
-  Impl& m = *this;
-  if (!same_tensors(gradients, m.sync_tensors) || m.buckets.empty() != gradients.empty()) {
-    m.sync_tensors = gradients;
-    m.buckets.clear();
-    m.bucket_of.assign(gradients.size(), 0);
-    for_each_bucket(gradients, m.options.bytes_per_pack, solo_bytes(m.options),
-                    [&](std::size_t first, std::size_t last, std::size_t bytes) {
-      SyncBucket b;
-      b.first = first;
-      b.last = last;
-      b.bytes = bytes;
-      const DataType dtype = gradients[first].dtype;
-      b.wire = wire_type(m.options.compression, dtype);
-      b.in_place = b.wire == dtype && contiguous_tensors(gradients, first, last);
-      if (!b.in_place) b.pack.resize(bytes / dtype_size(dtype) * dtype_size(b.wire));
-      for (std::size_t i = first; i < last; ++i) m.bucket_of[i] = m.buckets.size();
-      m.buckets.push_back(std::move(b));
-    });
-  }
-  for (SyncBucket& b : m.buckets) {
-    b.waiting = b.last - b.first;
-    b.replicas_left = replicas_per_bucket;
-    b.reduced = false;
-    b.work.reset();
-  }
-  m.ready.assign(gradients.size(), false);
-  m.sync_op = op;
-  m.next_launch = 0;
-  m.launched_any = false;
-}
-
-// Starts, in list order, every bucket that is ready and whose predecessors have started (Note
-// [overlapped buckets]). K > 1: called under replica_mu, by whichever replica thread reduced a
-// bucket, so the communicator sees one thread at a time.
-void MultiWorkerMirroredStrategy::Impl::launch_ready_buckets() {
-  Impl& m = *this;
-  while (m.next_launch < m.buckets.size() && m.buckets[m.next_launch].reduced) {
-    SyncBucket& b = m.buckets[m.next_launch++];
-    const std::size_t elems = b.bytes / dtype_size(m.sync_tensors[b.first].dtype);
-    void* data = m.sync_tensors[b.first].data;
-    if (!b.in_place) {
-      pack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
-      data = b.pack.data();
-    }
-    if (!m.launched_any) {
-      m.first_launch = std::chrono::steady_clock::now();
-      m.launched_any = true;
-    }
-    b.work = m.comm->all_reduce_async(data, elems, b.wire, m.sync_op);
-  }
-}
-
-void MultiWorkerMirroredStrategy::begin_gradient_sync(const std::vector<TensorRef>& gradients,
-                                                      ReduceOp op) {
-  Impl& m = *impl_;
-  if (m.sync_active) {
-    throw InvalidUsage("begin_gradient_sync called again before finish_gradient_sync");
-  }
-  check_tensors(gradients, "begin_gradient_sync");
-  {
-    std::lock_guard<std::mutex> lock(m.replica_mu);
-    if (m.replica_sync) {
-      throw InvalidUsage("begin_gradient_sync called during a ReplicaContext overlapped step");
-    }
-  }
-  m.plan_sync(gradients, op, 1);
-  m.sync_active = true;
-}
-
-void MultiWorkerMirroredStrategy::gradient_ready(std::size_t index) {
-  Impl& m = *impl_;
-  if (!m.sync_active) throw InvalidUsage("gradient_ready called without begin_gradient_sync");
-  if (index >= m.sync_tensors.size()) {
-    throw InvalidUsage("gradient_ready(" + std::to_string(index) + "): the step has " +
-                       std::to_string(m.sync_tensors.size()) + " gradient tensors");
-  }
-  if (m.ready[index]) return;
-  m.ready[index] = true;
-  SyncBucket& b = m.buckets[m.bucket_of[index]];
-  if (--b.waiting == 0) b.reduced = true;
-  m.launch_ready_buckets();
-}
-
-void MultiWorkerMirroredStrategy::finish_gradient_sync() {
-  Impl& m = *impl_;
-  if (!m.sync_active) throw InvalidUsage("finish_gradient_sync called without begin_gradient_sync");
-  std::exception_ptr error;
-  try {
-    for (std::size_t i = 0; i < m.sync_tensors.size(); ++i) gradient_ready(i);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  const auto wait_start = std::chrono::steady_clock::now();
-  for (SyncBucket& b : m.buckets) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (...) {
-      if (!error) error = std::current_exception();
-      continue;
-    }
-    if (!b.in_place && !error) {
-      unpack_tensors(m.sync_tensors, b.first, b.last, b.wire, b.pack.data());
-    }
-  }
-  const auto end = std::chrono::steady_clock::now();
-  m.exposed_seconds += std::chrono::duration<double>(end - wait_start).count();
-  if (m.launched_any) {
-    m.allreduce_seconds += std::chrono::duration<double>(end - m.first_launch).count();
-  }
-  for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
-  for (SyncBucket& b : m.buckets) b.work.reset();
-  m.sync_active = false;
-  if (error) std::rethrow_exception(error);
+  impl_->record_blocking(gradients, start);
 }
 
 double MultiWorkerMirroredStrategy::exposed_allreduce_seconds() const noexcept {

@@ -411,3 +411,25 @@ TEST_CASE("local replicas: overlapped step misuse is an InvalidUsage", "[unit][s
   }
   CHECK_THROWS_AS(ReplicaContext{}.gradient_ready(0), mwms::InvalidUsage);
 }
+
+TEST_CASE("local replicas: a ReplicaContext not passed by run() refuses every call, naming it",
+          "[unit][strategy]") {
+  const ReplicaContext ctx;
+  float x[2] = {1.0f, 2.0f};
+  const std::vector<mwms::TensorRef> t = {{x, 2}};
+  const auto refused = [](const std::string& call) {
+    return Contains(call + ": this context was not passed by MultiWorkerMirroredStrategy::run()");
+  };
+  CHECK_THROWS_WITH(ctx.all_reduce(ReduceOp::kSum, t), refused("ReplicaContext::all_reduce"));
+  CHECK_THROWS_WITH(ctx.all_reduce(ReduceOp::kSum, t, mwms::DeviceStream{}),
+                    refused("ReplicaContext::all_reduce"));
+  CHECK_THROWS_WITH(ctx.broadcast_variables(t), refused("ReplicaContext::broadcast_variables"));
+  CHECK_THROWS_WITH(ctx.broadcast_variables(t, mwms::DeviceStream{}),
+                    refused("ReplicaContext::broadcast_variables"));
+  CHECK_THROWS_WITH(ctx.begin_gradient_sync(t), refused("ReplicaContext::begin_gradient_sync"));
+  CHECK_THROWS_WITH(ctx.gradient_ready(0), refused("ReplicaContext::gradient_ready"));
+  CHECK_THROWS_WITH(ctx.finish_gradient_sync(), refused("ReplicaContext::finish_gradient_sync"));
+  CHECK_THROWS_AS(ctx.finish_gradient_sync(), mwms::InvalidUsage);
+  CHECK(x[0] == 1.0f);
+  CHECK(x[1] == 2.0f);
+}
