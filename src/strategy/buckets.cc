@@ -109,6 +109,15 @@ void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options
                       comm.all_reduce(gradients[first].data, elems, dtype, op);
                       return;
                     }
+                    if (wire == dtype && comm.world_size() == 1) {
+                      // A world of one: every all-reduce is the identity, so packing would
+                      // only copy the bucket twice; each tensor in place instead (the
+                      // communicator's checks still run).
+                      for (std::size_t i = first; i < last; ++i) {
+                        comm.all_reduce(gradients[i].data, gradients[i].count, dtype, op);
+                      }
+                      return;
+                    }
                     const std::size_t wire_bytes = elems * dtype_size(wire);
                     if (pack.size() < wire_bytes)
                       pack.resize(std::max(wire_bytes, options.bytes_per_pack));

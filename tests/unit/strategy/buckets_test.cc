@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "mwms/mwms.h"
 #include "strategy/buckets.h"
 
 namespace {
@@ -81,4 +82,28 @@ TEST_CASE("plan_buckets splits at a dtype change and handles empty lists", "[uni
                               {f.data() + 4, 4, DataType::kFloat32}};
   CHECK(firsts(plan_buckets(refs, 1 << 20, 1 << 18)) == std::vector<std::size_t>{0, 1, 2});
   CHECK(plan_buckets({}, 1 << 20, 1 << 18).empty());
+}
+
+TEST_CASE("all_reduce_gradients in a world of one leaves scattered tensors as they are and still checks the communicator",
+          "[unit][strategy]") {
+  // One worker: every all-reduce is the identity, so buckets of separate allocations are reduced
+  // tensor by tensor in place rather than packed; the values (sum and mean) must not move and the
+  // communicator's own checks still apply.
+  mwms::CommunicationOptions copts;
+  copts.bytes_per_pack = 4096;
+  mwms::MultiWorkerMirroredStrategy strategy(mwms::ResolvedCluster{}, copts);
+  Tensors t({3, 1, 700, 5000, 2}, false);
+  for (std::size_t k = 0; k < t.refs.size(); ++k) {
+    auto* p = static_cast<float*>(t.refs[k].data);
+    for (std::size_t i = 0; i < t.refs[k].count; ++i) p[i] = 0.1f * static_cast<float>(i + k) - 7.0f;
+  }
+  const Tensors before = t;
+  for (mwms::ReduceOp op : {mwms::ReduceOp::kSum, mwms::ReduceOp::kMean}) {
+    strategy.all_reduce_gradients(t.refs, op);
+    for (std::size_t k = 0; k < t.refs.size(); ++k) {
+      CHECK(t.own[k] == before.own[k]);
+    }
+  }
+  strategy.finalize();
+  CHECK_THROWS_AS(strategy.all_reduce_gradients(t.refs, mwms::ReduceOp::kSum), mwms::InvalidUsage);
 }
