@@ -3,9 +3,10 @@
 // all-reduce completes (its event becomes ready, and the sum is written into every rank's
 // buffer) when every rank of the world has enqueued it, so a rank that never calls leaves the
 // others' events pending forever, as a dead peer leaves NCCL's kernels spinning. Knobs make init
-// stay in progress, calls fail with a chosen ncclResult_t, and NCCL report an asynchronous error.
-// FakeNcclWorld::span_processes() (in a single-threaded parent, before it forks the ranks) lets
-// the world's ranks live in several processes (Note [fake nccl across processes]).
+// stay in progress, calls fail with a chosen ncclResult_t (collective_result, or any entry through
+// FakeNcclWorld::fail, support/fake_faults.h as the fake CUDA runtime), and NCCL report an
+// asynchronous error. A FakeNcclProcesses made in a single-threaded parent before it forks the
+// ranks lets the world's ranks live in several processes (Note [fake nccl across processes]).
 #pragma once
 
 #include <pthread.h>
@@ -30,6 +31,7 @@
 
 #include "collective/backend/nccl_api.h"
 #include "kernels/reduce.h"
+#include "support/fake_faults.h"
 
 namespace mwms::testing {
 
@@ -168,6 +170,7 @@ struct FakeNcclWorld {
   bool init_never_completes = false;
   int collective_result = collective::kNcclSuccess;  // what all_reduce & co. return
   int event_create_result = collective::kCudaSuccess;
+  FakeFaults faults;  // fail(): one entry of the table fails, as in the fake CUDA runtime
   std::string last_error = "fake: last error text";
   collective::NcclUniqueId made_id;  // what get_unique_id handed out last
   std::atomic<int> aborts{0}, destroys{0}, groups{0}, divisions{0}, unique_ids{0};
@@ -186,7 +189,21 @@ struct FakeNcclWorld {
     init_never_completes = false;
     collective_result = collective::kNcclSuccess;
     event_create_result = collective::kCudaSuccess;
+    faults.clear();
     aborts = destroys = groups = divisions = unique_ids = 0;
+  }
+  /// Makes the table's entry `entry` ("comm_init_rank", "all_reduce", "event_query", ...) return
+  /// `code` after `skip` more successful calls, then always.
+  void fail(const std::string& entry, int code, int skip = 0) {
+    std::lock_guard<std::mutex> lock(mutex);
+    faults.fail(entry, code, skip);
+  }
+  // What entry `name` must return (caller holds mutex): the injected failure, else the knobs
+  // collective_result (`collective`) and event_create_result; 0 (success): go on.
+  int injected(const char* name, bool collective = false) {
+    if (int e = faults.injected(name)) return e;
+    if (collective) return collective_result;
+    return std::strcmp(name, "event_create") == 0 ? event_create_result : 0;
   }
   FakeNcclComm* comm_of_rank(int rank) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -315,6 +332,10 @@ inline FakeNcclComm* as_comm(collective::NcclComm c) { return static_cast<FakeNc
 inline thread_local FakeNcclComm* last_comm = nullptr;  // the stream's owner, for event_record
 
 inline int get_unique_id(collective::NcclUniqueId* id) {
+  {
+    std::lock_guard<std::mutex> lock(world().mutex);
+    if (int e = world().injected("get_unique_id")) return e;
+  }
   int n = ++world().unique_ids;
   if (FakeNcclShared* s = world().shared) {
     FakeNcclSharedLock lock(*s);  // every id of the mapping differs (Note [fake nccl across ...])
@@ -335,6 +356,7 @@ inline int comm_init_rank(collective::NcclComm* comm, int world_size,
   c->world_size = world_size;
   c->id = *id;
   std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("comm_init_rank")) return e;
   if (FakeNcclShared* s = world().shared) {
     if (world_size > FakeNcclShared::kMaxRanks || rank < 0 || rank >= world_size) {
       world().last_error = "fake: rank " + std::to_string(rank) + " of a world of " +
@@ -419,15 +441,20 @@ inline int comm_destroy(collective::NcclComm comm) {
 }
 
 inline int group_start() {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("group_start")) return e;
   ++world().groups;
   return collective::kNcclSuccess;
 }
-inline int group_end() { return collective::kNcclSuccess; }
-
-inline int enqueue(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                   collective::NcclComm comm, int root = -1) {
+inline int group_end() {
   std::lock_guard<std::mutex> lock(world().mutex);
-  if (world().collective_result != collective::kNcclSuccess) return world().collective_result;
+  return world().injected("group_end");
+}
+
+inline int enqueue(const char* entry, const void* send, void* recv, std::size_t count,
+                   DataType dtype, ReduceOp op, collective::NcclComm comm, int root = -1) {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected(entry, /*collective=*/true)) return e;
   FakeNcclComm* c = as_comm(comm);
   if (FakeNcclShared* s = world().shared) {
     // The send buffer goes into this rank's ring slot (Note [fake nccl across processes]).
@@ -454,21 +481,22 @@ inline int enqueue(const void* send, void* recv, std::size_t count, DataType dty
 
 inline int all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                       collective::NcclComm comm, void*) {
-  return enqueue(send, recv, count, dtype, op, comm);
+  return enqueue("all_reduce", send, recv, count, dtype, op, comm);
 }
 // Reduce-scatter and all-gather only move through the same completion machinery (no data);
 // broadcast copies the root's buffer to every rank.
 inline int reduce_scatter(const void* send, void* recv, std::size_t, DataType dtype, ReduceOp op,
                           collective::NcclComm comm, void*) {
-  return enqueue(send, recv, 0, dtype, op, comm);
+  return enqueue("reduce_scatter", send, recv, 0, dtype, op, comm);
 }
 inline int all_gather(const void* send, void* recv, std::size_t, DataType dtype,
                       collective::NcclComm comm, void*) {
-  return enqueue(send, recv, 0, dtype, ReduceOp::kSum, comm);
+  return enqueue("all_gather", send, recv, 0, dtype, ReduceOp::kSum, comm);
 }
 inline int broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                      collective::NcclComm comm, void*) {
-  return enqueue(send != nullptr ? send : recv, recv, count, dtype, ReduceOp::kSum, comm, root);
+  return enqueue("broadcast", send != nullptr ? send : recv, recv, count, dtype, ReduceOp::kSum,
+                 comm, root);
 }
 
 inline const char* error_string(int result) {
@@ -482,16 +510,20 @@ inline const char* error_string(int result) {
 inline const char* last_error(collective::NcclComm) { return world().last_error.c_str(); }
 
 inline int set_device(int local_rank, int* device) {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("set_device")) return e;
   *device = local_rank;
   return collective::kCudaSuccess;
 }
 inline int event_create(collective::NcclEvent* event) {
-  if (world().event_create_result != collective::kCudaSuccess) return world().event_create_result;
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("event_create")) return e;
   *event = new FakeNcclEvent;
   return collective::kCudaSuccess;
 }
 inline int event_record(collective::NcclEvent event, void*) {
   std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("event_record")) return e;
   auto* e = static_cast<FakeNcclEvent*>(event);
   e->comm = last_comm;
   e->target = last_comm ? last_comm->enqueued : 0;
@@ -499,6 +531,7 @@ inline int event_record(collective::NcclEvent event, void*) {
 }
 inline int event_query(collective::NcclEvent event) {
   std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("event_query")) return e;
   if (world().shared != nullptr) world().progress();  // other processes' enqueues
   auto* e = static_cast<FakeNcclEvent*>(event);
   return e->comm == nullptr || e->comm->completed >= e->target ? collective::kCudaSuccess
@@ -510,15 +543,12 @@ inline int event_destroy(collective::NcclEvent event) {
 }
 inline int scale_divide(void* buffer, std::size_t count, DataType dtype, int divisor, void*) {
   std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("scale_divide")) return e;
   ++world().divisions;
   last_comm->divisions.push_back({last_comm->enqueued, buffer, count, dtype, divisor});
   last_comm->run_divisions();
   return collective::kCudaSuccess;
 }
-inline const char* cuda_error_string(int code) {
-  return code == 2 ? "fake cudaErrorMemoryAllocation: out of memory" : "fake cuda error";
-}
-
 }  // namespace fake_nccl
 
 /// The fake table.
@@ -546,7 +576,7 @@ inline const collective::NcclApi& fake_nccl_api() {
     a.event_query = fake_nccl::event_query;
     a.event_destroy = fake_nccl::event_destroy;
     a.scale_divide = fake_nccl::scale_divide;
-    a.cuda_error_string = fake_nccl::cuda_error_string;
+    a.cuda_error_string = fake_cuda_error_string;
     return a;
   }();
   return api;
