@@ -3,7 +3,8 @@
 // worker 0's broadcast), here over the fake NCCL spanning the forked ranks (support/fake_nccl.h,
 // Note [fake nccl across processes]; "device" buffers are host memory, no GPU needed). A small
 // model trained by the W·K GPU replicas ends where the same run with CPU replicas ends, and a
-// worker that dies mid-step fails the others with a PeerError naming its NCCL rank, not a hang.
+// worker that dies mid-step fails the others with a PeerError naming its NCCL ranks, not a hang,
+// and one that stalls with the TimeoutError of the collective's deadline.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -178,11 +179,11 @@ TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across proc
 }
 
 TEST_CASE("a worker of GPU replicas that dies mid-step fails the others' NCCL ranks with a "
-          "PeerError naming its rank, not a hang", "[tcp][multiproc][nccl][strategy][fault]") {
+          "PeerError naming its NCCL ranks, not a hang", "[tcp][multiproc][nccl][strategy][fault]") {
   // 3 workers x K = 2: worker 2 exits at the start of step 2, before its replicas enqueue the
-  // all-reduce; the others' replica 0 waits in the NCCL group, the fake reports the closed
-  // peer (ncclRemoteError naming NCCL rank 4, worker 2's replica 0), all their communicators are
-  // aborted and run() throws the PeerError, well before the 20 s collective timeout.
+  // all-reduce; the others' replica 0 waits in the NCCL group, the fake reports the closed peer
+  // (ncclRemoteError naming NCCL ranks 4 and 5, worker 2's replicas), all their communicators
+  // are aborted and run() throws the PeerError, well before the 20 s collective timeout.
   constexpr int kWorkers = 3, kK = 2, kVictim = 2, kTimeout = 20;
   mwms::testing::FakeNcclProcesses fake;
   mwms::testing::LaunchOptions launch;
@@ -219,7 +220,7 @@ TEST_CASE("a worker of GPU replicas that dies mid-step fails the others' NCCL ra
     CHECK(r.exit_code == 0);
     // Two steps summed 6 replicas' ones: 6, then 36.
     CHECK_THAT(r.output, Contains("step 0 6.000000") && Contains("step 1 36.000000"));
-    CHECK_THAT(r.output, Contains("PeerError: ") && Contains("NCCL rank 4 (process") &&
+    CHECK_THAT(r.output, Contains("PeerError: ") && Contains("NCCL rank(s) 4, 5 (process") &&
                              Contains("exited"));
     CHECK(r.seconds < kTimeout);  // failed when the peer died, not at the deadline
   }

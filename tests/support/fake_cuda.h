@@ -45,7 +45,7 @@ struct FakeCudaRuntime {
   std::map<void*, std::deque<Op>> streams;
   int device_count = 1;
   int not_ready_polls = 1;  // "not ready" answers before an event's stream work runs
-  FakeFaults faults;         // the entry that fails ("memcpy_async", "event_query", ...)
+  FakeFaults faults;        // the entry that fails ("memcpy_async", "event_query", ...)
   long malloc_host_calls = 0, copies_to_host = 0, copies_to_device = 0, set_device_calls = 0;
   int current_device = -1;
 

@@ -388,7 +388,8 @@ inline int comm_init_rank(collective::NcclComm* comm, int world_size,
 }
 
 // Across processes (Note [fake nccl across processes]): the first rank of c's world whose process
-// exited, or -1; sets c's asynchronous error to ncclRemoteError and the last error text naming it.
+// exited, or -1; sets c's asynchronous error to ncclRemoteError and the last error text naming
+// that process's ranks.
 // Caller holds the world's mutex.
 inline int dead_peer(FakeNcclComm* c) {
   FakeNcclShared* s = world().shared;
@@ -398,9 +399,15 @@ inline int dead_peer(FakeNcclComm* c) {
   for (int r = 0; r < s->world_size; ++r) {
     const FakeNcclShared::Rank& peer = s->ranks[r];
     if (peer.joined == 0 || peer.pid == ::getpid() || fake_nccl_process_alive(peer.pid)) continue;
+    std::string ranks;  // every rank of that process
+    for (int q = r; q < s->world_size; ++q) {
+      if (s->ranks[q].joined != 0 && s->ranks[q].pid == peer.pid) {
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+      }
+    }
     c->async_error = collective::kNcclRemoteError;
-    world().last_error = "fake: NCCL rank " + std::to_string(r) + " (process " +
-                         std::to_string(peer.pid) + ") exited: its connection closed";
+    world().last_error = "fake: NCCL rank(s) " + ranks + " (process " + std::to_string(peer.pid) +
+                         ") exited: its connection closed";
     return r;
   }
   return -1;
