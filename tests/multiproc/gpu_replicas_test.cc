@@ -7,12 +7,17 @@
 // and one that stalls with the TimeoutError of the collective's deadline.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/device_communicator.h"
@@ -186,6 +191,12 @@ TEST_CASE("a worker of GPU replicas that dies mid-step fails the others' NCCL ra
   // are aborted and run() throws the PeerError, well before the 20 s collective timeout.
   constexpr int kWorkers = 3, kK = 2, kVictim = 2, kTimeout = 20;
   mwms::testing::FakeNcclProcesses fake;
+  // Survivors that caught their error. Each stays alive until all have (at most 10 s): a
+  // survivor that exited first would be a dead peer too, and the others might name it instead.
+  void* map = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(map != MAP_FAILED);
+  auto* failed = new (map) std::atomic<int>(0);
   mwms::testing::LaunchOptions launch;
   launch.world_size = kWorkers;
   launch.timeout_seconds = 60;
@@ -209,7 +220,13 @@ TEST_CASE("a worker of GPU replicas that dies mid-step fails the others' NCCL ra
     } catch (const mwms::TimeoutError& e) {
       report(std::string("TimeoutError: ") + e.what() + "\n");
     }
+    ++*failed;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (failed->load() < kWorkers - 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   });
+  ::munmap(map, sizeof(std::atomic<int>));
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == static_cast<std::size_t>(kWorkers));
   CHECK(results[kVictim].exit_code == 7);
