@@ -109,7 +109,8 @@ mwms::MultiWorkerMirroredStrategy make(const std::string& tf, int k, mwms::Repli
 }
 
 // Every worker's final weights ("weights: ..." per rank) of W workers x K replicas on `device`;
-// with GPU replicas each worker also reports its NCCL ranks, world size and the unique id.
+// with GPU replicas each worker also reports its NCCL ranks, world size, the unique id and its
+// replicas' devices.
 std::vector<mwms::testing::ChildResult> run(int workers, int k, mwms::ReplicaDevice device) {
   mwms::testing::LaunchOptions launch;
   launch.world_size = workers;
@@ -128,6 +129,15 @@ std::vector<mwms::testing::ChildResult> run(int workers, int k, mwms::ReplicaDev
       out << "ranks:";
       for (const auto& c : world.comms) out << " " << c->rank << "/" << c->world_size;
       out << " id " << mwms::collective::to_hex(world.comms.at(0)->id).substr(0, 32) << "\n";
+    }
+    if (gpu) {
+      std::vector<int> devices(static_cast<std::size_t>(k), -1);
+      strategy.run([&](const ReplicaContext& ctx) {
+        devices[static_cast<std::size_t>(ctx.local_replica_id)] = ctx.device;
+      });
+      out << "devices:";
+      for (int d : devices) out << " " << d;
+      out << "\n";
     }
     out.precision(9);
     out << "weights:";
@@ -167,6 +177,17 @@ TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across proc
         ranks += " " + std::to_string(w * k + r) + "/" + std::to_string(workers * k);
       }
       CHECK_THAT(g.output, Contains(ranks + " id " + id));
+      // ... on CUDA devices local_rank·K + r, local_rank counting the workers on its host.
+      const auto hosts = static_cast<int>(mwms::testing::test_hosts().size());
+      int local_rank = 0;
+      for (int q = 0; q < w; ++q) {
+        const bool same_host = hosts == 0 || mwms::testing::host_of(q, workers, hosts) ==
+                                                 mwms::testing::host_of(w, workers, hosts);
+        local_rank += same_host ? 1 : 0;
+      }
+      std::string devices = "devices:";
+      for (int r = 0; r < k; ++r) devices += " " + std::to_string(local_rank * k + r);
+      CHECK_THAT(g.output, Contains(devices + "\n"));
       const std::vector<float> want = parse_floats(c.output), got = parse_floats(g.output);
       REQUIRE(got.size() == want.size());
       REQUIRE(want.size() == first.size());
