@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -89,7 +88,7 @@ struct FakeNcclComm {
 // and the backend's deadline aborts them (TimeoutError), as in one process. Init stays in
 // progress until every rank of the world has joined. A process of the world that has exited (no
 // such pid, or a zombie) turns the asynchronous error of the others' communicators that have
-// work pending into ncclRemoteError naming its rank and pid, as NCCL's proxy reports a closed
+// work pending into ncclRemoteError naming its ranks and pid, as NCCL's proxy reports a closed
 // peer connection (PeerError in the backend). The world is keyed by its unique id: the first
 // comm_init_rank with a new one (ids come from a counter in the mapping, so a launcher's rerun
 // gets a fresh id) clears what an earlier world left there.
@@ -253,7 +252,7 @@ struct FakeNcclWorld {
     FakeNcclShared& s = *shared;
     FakeNcclSharedLock lock(s);
     constexpr std::size_t ring = FakeNcclShared::kRing;
-    while (s.joined >= s.world_size) {
+    while (s.world_size > 0 && s.joined >= s.world_size) {
       const std::uint64_t k = s.reduced;
       bool all = true;
       std::uint64_t min_pulled = ~std::uint64_t{0};
@@ -261,7 +260,7 @@ struct FakeNcclWorld {
         all = all && s.ranks[r].enqueued > k;
         min_pulled = std::min(min_pulled, s.ranks[r].pulled);
       }
-      if (!all || k >= min_pulled + ring) break;  // not enqueued by all, or a result not taken
+      if (!all || k - min_pulled >= ring) break;  // not enqueued by all, or a result not taken
       const std::size_t slot = k % ring;
       const FakeNcclShared::OpHeader& first = s.ranks[0].ops[slot];
       const int source = first.root >= 0 ? first.root : 0;
