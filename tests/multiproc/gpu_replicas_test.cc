@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -25,6 +24,7 @@
 #include "mwms/mwms.h"
 #include "strategy/device_replicas.h"
 #include "support/fake_nccl.h"
+#include "support/replica_model.h"
 
 namespace {
 
@@ -33,54 +33,11 @@ using mwms::ReduceOp;
 using mwms::ReplicaContext;
 using mwms::testing::FakeNcclWorld;
 
-constexpr int kIn = 7, kOut = 3, kGlobalBatch = 24, kSteps = 4;
-
-float feature(int step, std::size_t row, int j) {
-  return std::sin(0.3f * static_cast<float>(row * kIn + static_cast<std::size_t>(j + step)));
-}
-
-// Trains a linear model: every replica its rows of each global batch, gradients summed over all
-// W·K replicas (device collectives when `device`: the fake's "device" memory is these host
-// vectors). Replicas start from values of their own (the chief's replica 0 must win the
-// broadcast). Throws unless this worker's replicas end bit-identical; returns replica 0's weights.
+// replica_model.h's model; throws unless this worker's replicas end bit-identical; returns
+// replica 0's weights.
 std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool device) {
-  const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)), g = w;
-  strategy.run([&](const ReplicaContext& ctx) {
-    auto& mine = w[static_cast<std::size_t>(ctx.local_replica_id)];
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      mine[i] = 0.1f * static_cast<float>((ctx.replica_id_in_sync_group + 1) * i);
-    }
-    if (device) {
-      ctx.broadcast_variables({{mine.data(), mine.size()}}, mwms::DeviceStream{});
-    } else {
-      ctx.broadcast_variables({{mine.data(), mine.size()}});
-    }
-  });
-  for (int step = 0; step < kSteps; ++step) {
-    strategy.run([&](const ReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      std::fill(g[r].begin(), g[r].end(), 0.0f);
-      const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
-      for (std::size_t row = shard.begin; row < shard.end; ++row) {
-        for (int o = 0; o < kOut; ++o) {
-          float pred = 0;
-          for (int j = 0; j < kIn; ++j) pred += feature(step, row, j) * w[r][j * kOut + o];
-          const float residual =
-              (pred - std::cos(0.2f * static_cast<float>(row + static_cast<std::size_t>(o)))) /
-              kGlobalBatch;
-          for (int j = 0; j < kIn; ++j) g[r][j * kOut + o] += residual * feature(step, row, j);
-        }
-      }
-      if (device) {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}}, mwms::DeviceStream{});
-      } else {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}});
-      }
-      for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] -= 0.5f * g[r][i];
-    });
-  }
-  for (std::size_t r = 1; r < k; ++r) {
+  const std::vector<std::vector<float>> w = mwms::testing::train_replica_model(strategy, device);
+  for (std::size_t r = 1; r < w.size(); ++r) {
     if (w[r] != w[0]) {
       throw std::runtime_error("local replica " + std::to_string(r) + " differs from replica 0");
     }
@@ -163,7 +120,8 @@ TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across proc
     REQUIRE(cpu.size() == static_cast<std::size_t>(workers));
     REQUIRE(gpu.size() == static_cast<std::size_t>(workers));
     const std::vector<float> first = parse_floats(gpu[0].output);
-    REQUIRE(first.size() == static_cast<std::size_t>(kIn * kOut));
+    REQUIRE(first.size() == static_cast<std::size_t>(mwms::testing::replica_model::kIn *
+                                                      mwms::testing::replica_model::kOut));
     const std::string id = gpu[0].output.substr(gpu[0].output.find(" id ") + 4, 32);
     for (int w = 0; w < workers; ++w) {
       const auto& c = cpu[static_cast<std::size_t>(w)];
