@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -103,6 +104,43 @@ std::vector<mwms::testing::ChildResult> run(int workers, int k, mwms::ReplicaDev
   });
 }
 
+// `workers` worker processes x `k` GPU replicas over the fake NCCL spanning them (collective
+// timeout `timeout` s): each replica all-reduces its 100 ones on the device `steps` times, calling
+// fault(rank, step) first in each step. Each worker reports "step S <sum>" after every step, then
+// "run returned" or "<PeerError|TimeoutError|Error>: <what>" for the error that stopped it, then
+// calls after(); the parent makes the fake's shared world before the fork.
+std::vector<mwms::testing::ChildResult> run_faulty_steps(
+    int workers, int k, double timeout, int steps, const std::function<void(int, int)>& fault,
+    const std::function<void()>& after) {
+  mwms::testing::FakeNcclProcesses fake;
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = workers;
+  launch.timeout_seconds = 60;
+  return mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+    mwms::strategy::set_nccl_api_for_testing(&mwms::testing::fake_nccl_api());
+    auto strategy = make(tf, k, mwms::ReplicaDevice::kGpu, timeout);
+    std::vector<std::vector<float>> g(static_cast<std::size_t>(k), std::vector<float>(100, 1.0f));
+    try {
+      for (int step = 0; step < steps; ++step) {
+        strategy.run([&](const ReplicaContext& ctx) {
+          fault(rank, step);
+          auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+          ctx.all_reduce(ReduceOp::kSum, {{mine.data(), mine.size()}}, mwms::DeviceStream{});
+        });
+        report("step " + std::to_string(step) + " " + std::to_string(g[0][0]) + "\n");
+      }
+      report("run returned\n");
+    } catch (const mwms::PeerError& e) {
+      report(std::string("PeerError: ") + e.what() + "\n");
+    } catch (const mwms::TimeoutError& e) {
+      report(std::string("TimeoutError: ") + e.what() + "\n");
+    } catch (const mwms::Error& e) {
+      report(std::string("Error: ") + e.what() + "\n");
+    }
+    after();
+  });
+}
+
 }  // namespace
 
 TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across processes end with "
@@ -169,42 +207,24 @@ TEST_CASE("a worker of GPU replicas that dies mid-step fails the others' NCCL ra
   // (ncclRemoteError naming NCCL ranks 4 and 5, worker 2's replicas), all their communicators
   // are aborted and run() throws the PeerError, well before the 20 s collective timeout.
   constexpr int kWorkers = 3, kK = 2, kVictim = 2, kTimeout = 20;
-  mwms::testing::FakeNcclProcesses fake;
   // Survivors that caught their error. Each stays alive until all have (at most 10 s): a
   // survivor that exited first would be a dead peer too, and the others might name it instead.
   void* map = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(map != MAP_FAILED);
   auto* failed = new (map) std::atomic<int>(0);
-  mwms::testing::LaunchOptions launch;
-  launch.world_size = kWorkers;
-  launch.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf,
-                                                      auto report) {
-    mwms::strategy::set_nccl_api_for_testing(&mwms::testing::fake_nccl_api());
-    auto strategy = make(tf, kK, mwms::ReplicaDevice::kGpu, kTimeout);
-    std::vector<std::vector<float>> g(kK, std::vector<float>(100, 1.0f));
-    try {
-      for (int step = 0; step < 4; ++step) {
-        strategy.run([&](const ReplicaContext& ctx) {
-          if (rank == kVictim && step == 2) ::_exit(7);  // mid-step, any replica's thread
-          auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-          ctx.all_reduce(ReduceOp::kSum, {{mine.data(), mine.size()}}, mwms::DeviceStream{});
-        });
-        report("step " + std::to_string(step) + " " + std::to_string(g[0][0]) + "\n");
-      }
-      report("run returned\n");
-    } catch (const mwms::PeerError& e) {
-      report(std::string("PeerError: ") + e.what() + "\n");
-    } catch (const mwms::TimeoutError& e) {
-      report(std::string("TimeoutError: ") + e.what() + "\n");
-    }
-    ++*failed;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (failed->load() < kWorkers - 1 && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  const auto results = run_faulty_steps(
+      kWorkers, kK, kTimeout, 4,
+      [](int rank, int step) {
+        if (rank == kVictim && step == 2) ::_exit(7);  // mid-step, any replica's thread
+      },
+      [&] {
+        ++*failed;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (failed->load() < kWorkers - 1 && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
   ::munmap(map, sizeof(std::atomic<int>));
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == static_cast<std::size_t>(kWorkers));
@@ -229,36 +249,17 @@ TEST_CASE("a worker of GPU replicas that stalls mid-step fails the others' NCCL 
   // communicators and run() throws the TimeoutError naming the local replicas still waiting.
   constexpr int kWorkers = 2, kK = 2, kStalled = 1;
   constexpr double kTimeout = 1;
-  mwms::testing::FakeNcclProcesses fake;
-  mwms::testing::LaunchOptions launch;
-  launch.world_size = kWorkers;
-  launch.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf,
-                                                      auto report) {
-    mwms::strategy::set_nccl_api_for_testing(&mwms::testing::fake_nccl_api());
-    auto strategy = make(tf, kK, mwms::ReplicaDevice::kGpu, kTimeout);
-    std::vector<std::vector<float>> g(kK, std::vector<float>(100, 1.0f));
-    try {
-      for (int step = 0; step < 3; ++step) {
-        strategy.run([&](const ReplicaContext& ctx) {
-          if (rank == kStalled && step == 1) ::usleep(3000 * 1000);
-          auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-          ctx.all_reduce(ReduceOp::kSum, {{mine.data(), mine.size()}}, mwms::DeviceStream{});
-        });
-        report("step " + std::to_string(step) + "\n");
-      }
-      report("run returned\n");
-    } catch (const mwms::TimeoutError& e) {
-      report(std::string("TimeoutError: ") + e.what() + "\n");
-    } catch (const mwms::Error& e) {
-      report(std::string("Error: ") + e.what() + "\n");
-    }
-  });
+  const auto results = run_faulty_steps(
+      kWorkers, kK, kTimeout, 3,
+      [](int rank, int step) {
+        if (rank == kStalled && step == 1) ::usleep(3000 * 1000);
+      },
+      [] {});
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == static_cast<std::size_t>(kWorkers));
   const auto& r = results[0];
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("step 0\n") && !Contains("step 1\n"));
+  CHECK_THAT(r.output, Contains("step 0 4.000000") && !Contains("step 1 "));
   CHECK_THAT(r.output, Contains("TimeoutError: nccl replica group all_reduce seq 1") &&
                            Contains("local replica(s) 0, 1") && Contains("aborted"));
   CHECK(r.seconds < 10);  // the deadline, not the stalled worker's return nor the launcher's kill
