@@ -18,6 +18,8 @@
 // replica group]). Each replica's buffers then hold the result, on its own device: no copy back.
 // Broadcast is from NCCL rank 0, the chief's local replica 0. Host tensors keep the CPU path, so
 // a GPU-replica step can still reduce host-side metrics with the plain ReplicaContext calls.
+// Tested without a GPU over the fake NCCL: one worker's K replicas (device_replicas_test.cc) and
+// W worker processes x K replicas as one NCCL world (tests/multiproc/gpu_replicas_test.cc).
 #include "strategy/device_replicas.h"
 
 #include <array>

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "collective/backend/cuda_api.h"
+#include "support/fake_faults.h"
 
 namespace mwms::testing {
 
@@ -44,9 +45,7 @@ struct FakeCudaRuntime {
   std::map<void*, std::deque<Op>> streams;
   int device_count = 1;
   int not_ready_polls = 1;  // "not ready" answers before an event's stream work runs
-  std::string fail_entry;   // the entry that fails ("memcpy_async", "event_query", ...)
-  int fail_code = 0;
-  int fail_skip = 0;        // successful calls of fail_entry before it fails (then always)
+  FakeFaults faults;        // the entry that fails ("memcpy_async", "event_query", ...)
   long malloc_host_calls = 0, copies_to_host = 0, copies_to_device = 0, set_device_calls = 0;
   int current_device = -1;
 
@@ -61,8 +60,7 @@ struct FakeCudaRuntime {
     streams.clear();
     device_count = 1;
     not_ready_polls = 1;
-    fail_entry.clear();
-    fail_code = fail_skip = 0;
+    faults.clear();
     malloc_host_calls = copies_to_host = copies_to_device = set_device_calls = 0;
     current_device = -1;
   }
@@ -76,19 +74,10 @@ struct FakeCudaRuntime {
   /// Makes `entry` return `code` after `skip` more successful calls.
   void fail(const std::string& entry, int code, int skip = 0) {
     std::lock_guard<std::recursive_mutex> lock(mutex);
-    fail_entry = entry;
-    fail_code = code;
-    fail_skip = skip;
+    faults.fail(entry, code, skip);
   }
   // The injected failure of `entry`, or 0.
-  int injected(const char* entry) {
-    if (fail_entry != entry) return 0;
-    if (fail_skip > 0) {
-      --fail_skip;
-      return 0;
-    }
-    return fail_code;
-  }
+  int injected(const char* entry) { return faults.injected(entry); }
   static bool inside(const std::map<const unsigned char*, std::size_t>& m, const void* ptr,
                      std::size_t bytes) {
     const auto* p = static_cast<const unsigned char*>(ptr);
@@ -222,17 +211,6 @@ inline int pointer_is_device(const void* ptr, int* is_device) {
   *is_device = FakeCudaRuntime::inside(rt().device, ptr, 1) ? 1 : 0;
   return 0;
 }
-inline const char* error_string(int code) {
-  switch (code) {
-    case 0: return "fake cudaSuccess: no error";
-    case 1: return "fake cudaErrorInvalidValue: invalid argument";
-    case 2: return "fake cudaErrorMemoryAllocation: out of memory";
-    case 100: return "fake cudaErrorNoDevice: no CUDA-capable device is detected";
-    case 700: return "fake cudaErrorIllegalAddress: an illegal memory access was encountered";
-    default: return "fake cuda error";
-  }
-}
-
 }  // namespace fake_cuda
 
 /// The fake table.
@@ -251,7 +229,7 @@ inline const collective::CudaApi& fake_cuda_api() {
     a.event_query = fake_cuda::event_query;
     a.event_destroy = fake_cuda::event_destroy;
     a.pointer_is_device = fake_cuda::pointer_is_device;
-    a.error_string = fake_cuda::error_string;
+    a.error_string = fake_cuda_error_string;
     return a;
   }();
   return api;

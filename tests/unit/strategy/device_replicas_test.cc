@@ -7,7 +7,6 @@
 // real device.
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -16,6 +15,7 @@
 #include "mwms/mwms.h"
 #include "strategy/device_replicas.h"
 #include "support/fake_nccl.h"
+#include "support/replica_model.h"
 
 namespace {
 
@@ -42,47 +42,10 @@ mwms::MultiWorkerMirroredStrategy make(int k, mwms::ReplicaDevice device, double
   return mwms::MultiWorkerMirroredStrategy(mwms::ResolvedCluster{}, options, replicas);
 }
 
-constexpr int kIn = 7, kOut = 3, kGlobalBatch = 12, kSteps = 4;
+constexpr int kSteps = mwms::testing::replica_model::kSteps;
 
-// A linear model trained by every local replica on its rows; `device` selects the replicas'
-// device collectives (the fake's "device" memory is the same host vectors). Returns every
-// replica's final weights.
 std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strategy, bool device) {
-  const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)), g = w;
-  strategy.run([&](const ReplicaContext& ctx) {
-    auto& mine = w[static_cast<std::size_t>(ctx.local_replica_id)];
-    for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = 0.1f * (ctx.local_replica_id + 1) * i;
-    if (device) {
-      ctx.broadcast_variables({{mine.data(), mine.size()}}, mwms::DeviceStream{});
-    } else {
-      ctx.broadcast_variables({{mine.data(), mine.size()}});
-    }
-  });
-  for (int step = 0; step < kSteps; ++step) {
-    strategy.run([&](const ReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      std::fill(g[r].begin(), g[r].end(), 0.0f);
-      const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
-      for (std::size_t row = shard.begin; row < shard.end; ++row) {
-        for (int o = 0; o < kOut; ++o) {
-          float pred = 0;
-          for (int j = 0; j < kIn; ++j)
-            pred += std::sin(0.3f * (row * kIn + j + step)) * w[r][j * kOut + o];
-          const float residual = (pred - std::cos(0.2f * (row + o))) / kGlobalBatch;
-          for (int j = 0; j < kIn; ++j)
-            g[r][j * kOut + o] += residual * std::sin(0.3f * (row * kIn + j + step));
-        }
-      }
-      if (device) {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}}, mwms::DeviceStream{});
-      } else {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}});
-      }
-      for (std::size_t i = 0; i < w[r].size(); ++i) w[r][i] -= 0.5f * g[r][i];
-    });
-  }
-  return w;
+  return mwms::testing::train_replica_model(strategy, device);
 }
 
 }  // namespace
