@@ -7,8 +7,6 @@
 // real device.
 #include <catch2/catch.hpp>
 
-#include <cmath>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "mwms/mwms.h"
 #include "strategy/device_replicas.h"
 #include "support/fake_nccl.h"
+#include "support/replicas.h"
 
 namespace {
 
@@ -34,46 +33,34 @@ struct FakeNcclScope {
 };
 
 mwms::MultiWorkerMirroredStrategy make(int k, mwms::ReplicaDevice device, double timeout = 30) {
-  mwms::CommunicationOptions options;
-  options.timeout_seconds = timeout;
-  mwms::ReplicaOptions replicas;
-  replicas.local_replicas = k;
-  replicas.device = device;
-  return mwms::MultiWorkerMirroredStrategy(mwms::ResolvedCluster{}, options, replicas);
+  return mwms::testing::make_replicas(k, device, timeout);
 }
 
-constexpr int kIn = 7, kOut = 3, kGlobalBatch = 12, kSteps = 4;
+using mwms::testing::kLinearIn;
+using mwms::testing::kLinearOut;
+using mwms::testing::kLinearSteps;
 
 // A linear model trained by every local replica on its rows; `device` selects the replicas'
 // device collectives (the fake's "device" memory is the same host vectors). Returns every
 // replica's final weights.
 std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strategy, bool device) {
   const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  std::vector<std::vector<float>> w(k, std::vector<float>(kIn * kOut)), g = w;
+  std::vector<std::vector<float>> w(k, std::vector<float>(kLinearIn * kLinearOut)), g = w;
   strategy.run([&](const ReplicaContext& ctx) {
     auto& mine = w[static_cast<std::size_t>(ctx.local_replica_id)];
-    for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = 0.1f * (ctx.local_replica_id + 1) * i;
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      mine[i] = mwms::testing::linear_initial_weight(ctx.local_replica_id, i);
     if (device) {
       ctx.broadcast_variables({{mine.data(), mine.size()}}, mwms::DeviceStream{});
     } else {
       ctx.broadcast_variables({{mine.data(), mine.size()}});
     }
   });
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kLinearSteps; ++step) {
     strategy.run([&](const ReplicaContext& ctx) {
       const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      std::fill(g[r].begin(), g[r].end(), 0.0f);
-      const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
-      for (std::size_t row = shard.begin; row < shard.end; ++row) {
-        for (int o = 0; o < kOut; ++o) {
-          float pred = 0;
-          for (int j = 0; j < kIn; ++j)
-            pred += std::sin(0.3f * (row * kIn + j + step)) * w[r][j * kOut + o];
-          const float residual = (pred - std::cos(0.2f * (row + o))) / kGlobalBatch;
-          for (int j = 0; j < kIn; ++j)
-            g[r][j * kOut + o] += residual * std::sin(0.3f * (row * kIn + j + step));
-        }
-      }
+      mwms::testing::linear_gradient(w[r], ctx.batch_shard(mwms::testing::kLinearBatch), step,
+                                     g[r]);
       if (device) {
         ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}}, mwms::DeviceStream{});
       } else {
@@ -121,8 +108,8 @@ TEST_CASE("GPU replicas over the fake NCCL: K communicators, devices, and the sa
       CHECK(gpu[static_cast<std::size_t>(r)] == gpu[0]);
     }
     // The broadcast and every step: one NCCL group each, every replica's buffer in it.
-    CHECK(world.groups == 2 + kSteps);
-    CHECK(world.comms[0]->enqueued == 1 + kSteps);
+    CHECK(world.groups == 2 + kLinearSteps);
+    CHECK(world.comms[0]->enqueued == 1 + kLinearSteps);
     // kMean: summed by NCCL, divided on every replica's device by num_replicas_in_sync.
     std::vector<std::vector<double>> m(static_cast<std::size_t>(k), std::vector<double>(3));
     strategy.run([&](const ReplicaContext& ctx) {
@@ -141,26 +128,14 @@ TEST_CASE("GPU replicas over the fake NCCL: a failing replica fails its siblings
   FakeNcclScope fake;
   auto strategy = make(3, mwms::ReplicaDevice::kGpu, 60);
   std::vector<std::vector<float>> g(3, std::vector<float>(10, 1.0f));
-  std::mutex mu;
-  std::vector<std::string> others;
-  try {
-    strategy.run([&](const ReplicaContext& ctx) {
-      auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-      if (ctx.local_replica_id == 2) throw std::runtime_error("replica two's kernel failed");
-      try {
+  const std::vector<std::string> others = mwms::testing::run_with_failing_replica(
+      strategy,
+      [&](const ReplicaContext& ctx) {
+        auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+        if (ctx.local_replica_id == 2) throw std::runtime_error("replica two's kernel failed");
         ctx.all_reduce(ReduceOp::kSum, {{mine.data(), mine.size()}}, mwms::DeviceStream{});
-      } catch (const mwms::ReplicaError& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        others.push_back(e.what());
-        throw;
-      }
-    });
-    FAIL("run() did not rethrow");
-  } catch (const mwms::ReplicaError& e) {
-    FAIL("a sibling's ReplicaError instead of the root: " << e.what());
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "replica two's kernel failed");
-  }
+      },
+      "replica two's kernel failed");
   REQUIRE(others.size() == 2);
   for (const auto& what : others) {
     CHECK_THAT(what, Contains("local replica 2") && Contains("all_reduce (device)"));
