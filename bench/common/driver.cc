@@ -120,11 +120,7 @@ class Sweep {
   ResultRow measure(std::size_t count) {
     const CallShape call = shape(count);
     const std::size_t elements = collective_.buffer_count(count, comm_.world_size());
-    ResultRow row;
-    row.count = elements;
-    row.bytes = elements * elem_bytes_;
-    row.type = std::string(to_string(options_.dtype));
-    row.redop = collective_.uses_op ? std::string(to_string(options_.op)) : "none";
+    ResultRow row = start_row(collective_, options_, elements);
     int warmups = options_.warmup_iters;
     std::int64_t wrong = 0;
     if (options_.check != 0) {

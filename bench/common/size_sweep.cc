@@ -2,6 +2,7 @@
 #include "common/size_sweep.h"
 
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "mwms/mwms.h"
@@ -35,6 +36,16 @@ int sweep_sizes(const CollectiveDescriptor& collective, const BenchOptions& opti
     if (row.wrong > 0) return 1;
   }
   return 0;
+}
+
+ResultRow start_row(const CollectiveDescriptor& collective, const BenchOptions& options,
+                    std::size_t elements) {
+  ResultRow row;
+  row.count = elements;
+  row.bytes = elements * dtype_size(options.dtype);
+  row.type = std::string(to_string(options.dtype));
+  row.redop = collective.uses_op ? std::string(to_string(options.op)) : "none";
+  return row;
 }
 
 }  // namespace mwms::bench

@@ -26,4 +26,10 @@ int sweep_sizes(const CollectiveDescriptor& collective, const BenchOptions& opti
                 const std::function<ResultRow(std::size_t count)>& measure,
                 const std::function<RunInfo()>& run_info);
 
+/// The start of a row of the sweep for a buffer of `elements` elements (the in-place buffer, as
+/// nccl-tests print it): count, bytes, type and redop ("none" for collectives without an op) set
+/// from `collective` and `options`; times, bandwidths and the wrong count left to the driver.
+ResultRow start_row(const CollectiveDescriptor& collective, const BenchOptions& options,
+                    std::size_t elements);
+
 }  // namespace mwms::bench

@@ -1,5 +1,5 @@
 // The size sweep both bench drivers share (bench/common/size_sweep.cc): which counts get a row,
-// the exit status from the rows' wrong counts, and the JSON the leader alone writes.
+// the exit status from the rows' wrong counts, the JSON the leader alone writes, and a row's start.
 #include "common/size_sweep.h"
 
 #include <catch2/catch.hpp>
@@ -102,4 +102,21 @@ TEST_CASE("bench sweep: the leader writes every row and run_info to the JSON", "
   CHECK(records[2]["size"] == 32);
   CHECK(records[3]["record"] == "summary");
   CHECK(records[3]["ranks"] == 2);
+}
+
+TEST_CASE("bench sweep: a row starts with the buffer's count, bytes, type and redop",
+          "[unit][bench]") {
+  CollectiveDescriptor d = descriptor();
+  d.uses_op = true;
+  BenchOptions o = options(8, 8);
+  o.dtype = mwms::DataType::kFloat64;
+  o.op = mwms::ReduceOp::kMax;
+  const ResultRow row = mwms::bench::start_row(d, o, 5);
+  CHECK(row.count == 5);
+  CHECK(row.bytes == 40);
+  CHECK(row.type == "float64");
+  CHECK(row.redop == "max");
+  CHECK(row.wrong == -1);
+  d.uses_op = false;  // all-gather, broadcast
+  CHECK(mwms::bench::start_row(d, o, 5).redop == "none");
 }
