@@ -161,15 +161,17 @@ void run_everything(const RunConfig& cfg) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[tcp][fault]") {
+// 2 ranks whose options differ as `differ(rank, options)` makes them, one float32 all-reduce:
+// both must fail (exit 1) with an error naming `variable`.
+void expect_option_mismatch(
+    const std::function<void(int rank, mwms::CommunicatorOptions& options)>& differ,
+    const char* variable) {
   mwms::testing::LaunchOptions opts;
   opts.world_size = 2;
   opts.timeout_seconds = 30;
-  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config, auto) {
     mwms::CommunicatorOptions copts;
-    copts.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+    differ(rank, copts);
     copts.timeout_seconds = 10;
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
     std::vector<float> v(1000, 1.0f);
@@ -178,27 +180,24 @@ TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[t
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) {
     CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_SMALL_MESSAGE_BYTES"));
+    CHECK_THAT(r.output, Catch::Matchers::Contains(variable));
   }
 }
 
+}  // namespace
+
+TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[tcp][fault]") {
+  expect_option_mismatch(
+      [](int rank, mwms::CommunicatorOptions& o) {
+        o.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+      },
+      "MWMS_SMALL_MESSAGE_BYTES");
+}
+
 TEST_CASE("ranks forcing different algorithms report a mismatch", "[tcp][fault]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 2;
-  opts.timeout_seconds = 30;
-  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
-    mwms::CommunicatorOptions copts;
-    copts.algorithm = rank == 0 ? "ring" : "rhd";
-    copts.timeout_seconds = 10;
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
-    std::vector<float> v(1000, 1.0f);
-    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  });
-  INFO(mwms::testing::describe(results));
-  for (const auto& r : results) {
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_ALGO"));
-  }
+  expect_option_mismatch(
+      [](int rank, mwms::CommunicatorOptions& o) { o.algorithm = rank == 0 ? "ring" : "rhd"; },
+      "MWMS_ALGO");
 }
 
 TEST_CASE("every collective dtype and op on 2 processes", "[tcp][multiproc]") {
