@@ -26,10 +26,8 @@ using mwms::testing::load;
 using mwms::DataType;
 using mwms::ReduceOp;
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                              DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProd};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 
 using mwms::testing::reduced_value;
 
@@ -83,7 +81,7 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
 void check_everything(mwms::Communicator& comm) {
   // empty, single, fewer than ranks, prime, and one just past the default small-message threshold
   const std::size_t counts[] = {0, 1, 7, 1009, 16411};
-  for (DataType t : kAllTypes) {
+  for (DataType t : kAllDtypes) {
     for (ReduceOp op : kAllOps) {
       for (std::size_t count : counts) check_all_reduce(comm, t, op, count);
       check_reduce_scatter(comm, t, op, 0);

@@ -33,10 +33,8 @@ using mwms::DataType;
 using mwms::ReduceOp;
 using mwms::testing::FakeCudaRuntime;
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                              DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProd};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 
 // Inputs with many significant bits (so that a different summation order shows in the result):
 // floats in (-2, 2), near 1 for products; small integers for the integer types.
@@ -71,7 +69,7 @@ std::string name_of(const Case& c) {
 std::vector<Case> every_case(int n) {
   std::vector<Case> cases;
   const std::size_t counts[] = {0, 1, 1009};
-  for (DataType t : kAllTypes) {
+  for (DataType t : kAllDtypes) {
     for (std::size_t count : counts) {
       for (ReduceOp op : kAllOps) {
         cases.push_back({mc::DeviceCollective::kAllReduce, t, op, count, 0});

@@ -16,6 +16,13 @@
 
 namespace mwms::testing {
 
+/// Every dtype and every reduce op, for loops over all of them.
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64,
+                                          DataType::kFloat16,  DataType::kBFloat16,
+                                          DataType::kInt32,    DataType::kInt64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin,
+                                       ReduceOp::kMax, ReduceOp::kProd};
+
 /// Input of rank r at element i: in [-5, 5] (in [1, 3] for prod, so 4 ranks stay <= 81).
 inline double input_value(int r, std::size_t i, ReduceOp op) {
   if (op == ReduceOp::kProd) return static_cast<double>((static_cast<std::size_t>(r) + i) % 3 + 1);
