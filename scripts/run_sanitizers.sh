@@ -3,8 +3,9 @@
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (errors fatal) over the unit and
 #         multi-process suites (labels unit, tcp), in build-asan/;
 #   tsan  ThreadSanitizer over what runs threads: the asynchronous collectives (Work and the
-#         progress thread), finalize, the heartbeat thread, the overlapped gradient sync and
-#         the threaded algorithm tests over in-memory links, in build-tsan/.
+#         progress thread), finalize, the heartbeat thread, the overlapped gradient sync,
+#         the threaded algorithm tests over in-memory links and the NCCL backend and replica
+#         group over the fake NCCL (ranks as threads), in build-tsan/.
 # MPI is off in these builds (Open MPI's own allocations and threads are not ours to check).
 # Usage: scripts/run_sanitizers.sh [asan] [tsan]   (both by default). Exit status: 0 when every
 # selected run passed.
@@ -19,7 +20,7 @@ for kind in "${kinds[@]}"; do
     asan) san=address,undefined; flags=-fno-sanitize-recover=undefined
           select=(-L "unit|tcp" -LE "netns") ;;
     tsan) san=thread; flags=""
-          select=(-R "Work|async|finalize|overlap|threaded ranks|progress thread|poisoned|compression|TRACE_FILE|heartbeat|stall warning|flight recorder|local replica|GPU replicas|nccl replica group") ;;
+          select=(-R "Work|async|finalize|overlap|threaded ranks|progress thread|poisoned|compression|TRACE_FILE|heartbeat|stall warning|flight recorder|local replica|GPU replicas|nccl replica group|nccl backend") ;;
     *) echo "run_sanitizers.sh: unknown kind $kind (asan, tsan)" >&2; exit 2 ;;
   esac
   dir=build-$kind

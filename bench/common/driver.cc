@@ -17,6 +17,7 @@
 #include "common/mpi_baseline.h"
 #include "common/options.h"
 #include "common/output.h"
+#include "common/size_sweep.h"
 #include "common/statistics.h"
 #include "common/timing.h"
 #include "common/verification.h"
@@ -83,28 +84,9 @@ class Sweep {
   int run() {
     const bool leader = comm_.rank() == 0;
     if (leader) print_banner();
-    std::vector<ResultRow> rows;
-    std::size_t previous_count = static_cast<std::size_t>(-1);
-    for (std::size_t bytes = options_.min_bytes; bytes <= options_.max_bytes;) {
-      const std::size_t count = collective_.count_for_bytes(bytes, elem_bytes_, comm_.world_size());
-      if (count != previous_count) {  // sizes below one element map to the same count
-        rows.push_back(measure(count));
-        if (leader) print_table_row(std::cout, rows.back());
-        previous_count = count;
-      }
-      const std::size_t next = next_size(bytes, options_.step_factor);
-      if (next == bytes) break;
-      bytes = next;
-    }
-    if (leader) {
-      const Summary summary = summarize(rows);
-      print_table_footer(std::cout, summary);
-      if (!options_.json_path.empty()) write_json(options_.json_path, rows, run_info(), summary);
-    }
-    for (const auto& row : rows) {
-      if (row.wrong > 0) return 1;
-    }
-    return 0;
+    return sweep_sizes(
+        collective_, options_, comm_.world_size(), leader,
+        [this](std::size_t count) { return measure(count); }, [this] { return run_info(); });
   }
 
  private:
@@ -163,11 +145,7 @@ class Sweep {
   ResultRow measure(std::size_t count) {
     const CallShape call = shape(count);
     const std::size_t elements = collective_.buffer_count(count, comm_.world_size());
-    ResultRow row;
-    row.count = elements;
-    row.bytes = elements * elem_bytes_;
-    row.type = std::string(to_string(options_.dtype));
-    row.redop = collective_.uses_op ? std::string(to_string(options_.op)) : "none";
+    ResultRow row = start_row(collective_, options_, elements);
     int warmups = options_.warmup_iters;
     std::int64_t wrong = 0;
     if (options_.check != 0) {

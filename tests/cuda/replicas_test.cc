@@ -8,11 +8,11 @@
 
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "mwms/mwms.h"
+#include "support/replicas.h"
 
 namespace {
 
@@ -20,22 +20,19 @@ namespace cu = mwms::kernels::cuda;
 using mwms::ReduceOp;
 using mwms::ReplicaContext;
 
-constexpr int kIn = 7, kOut = 3, kGlobalBatch = 12, kSteps = 4;
+using mwms::testing::kLinearIn;
+using mwms::testing::kLinearOut;
+using mwms::testing::kLinearSteps;
 
 mwms::MultiWorkerMirroredStrategy make(int k, mwms::ReplicaDevice device) {
-  mwms::CommunicationOptions options;
-  options.timeout_seconds = 60;
-  mwms::ReplicaOptions replicas;
-  replicas.local_replicas = k;
-  replicas.device = device;
-  return mwms::MultiWorkerMirroredStrategy(mwms::ResolvedCluster{}, options, replicas);
+  return mwms::testing::make_replicas(k, device, /*timeout_seconds=*/60);
 }
 
 // Per replica: host weights and gradient; on kGpu the gradient and the weights also live on the
 // replica's device (its own stream) and go through the device collectives.
 std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strategy, bool gpu) {
   const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  const std::size_t n = kIn * kOut;
+  const std::size_t n = kLinearIn * kLinearOut;
   std::vector<std::vector<float>> w(k, std::vector<float>(n)), g = w;
   std::vector<float*> dw(k, nullptr), dg(k, nullptr);
   std::vector<cudaStream_t> streams(k, nullptr);
@@ -50,7 +47,8 @@ std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strateg
   }
   strategy.run([&](const ReplicaContext& ctx) {
     const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-    for (std::size_t i = 0; i < n; ++i) w[r][i] = 0.1f * (ctx.local_replica_id + 1) * i;
+    for (std::size_t i = 0; i < n; ++i)
+      w[r][i] = mwms::testing::linear_initial_weight(ctx.local_replica_id, i);
     if (!gpu) {
       ctx.broadcast_variables({{w[r].data(), n}});
       return;
@@ -63,21 +61,11 @@ std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strateg
     cu::check(cudaMemcpy(w[r].data(), dw[r], n * sizeof(float), cudaMemcpyDeviceToHost),
               "cudaMemcpy");
   });
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kLinearSteps; ++step) {
     strategy.run([&](const ReplicaContext& ctx) {
       const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      std::fill(g[r].begin(), g[r].end(), 0.0f);
-      const mwms::Shard shard = ctx.batch_shard(kGlobalBatch);
-      for (std::size_t row = shard.begin; row < shard.end; ++row) {
-        for (int o = 0; o < kOut; ++o) {
-          float pred = 0;
-          for (int j = 0; j < kIn; ++j)
-            pred += std::sin(0.3f * (row * kIn + j + step)) * w[r][j * kOut + o];
-          const float residual = (pred - std::cos(0.2f * (row + o))) / kGlobalBatch;
-          for (int j = 0; j < kIn; ++j)
-            g[r][j * kOut + o] += residual * std::sin(0.3f * (row * kIn + j + step));
-        }
-      }
+      mwms::testing::linear_gradient(w[r], ctx.batch_shard(mwms::testing::kLinearBatch), step,
+                                     g[r]);
       if (gpu) {
         cu::check(cudaSetDevice(ctx.device), "cudaSetDevice");
         cu::check(cudaMemcpyAsync(dg[r], g[r].data(), n * sizeof(float), cudaMemcpyHostToDevice,

@@ -8,12 +8,10 @@
 #include <mpi.h>
 
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,38 +35,13 @@ const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kIn
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean, ReduceOp::kProd};
 const std::size_t kCounts[] = {0, 1, 7, 1000003};
 
-double reference(int n, std::size_t i, DataType t, ReduceOp op) {
-  double acc = input_value(0, i, op);
-  for (int r = 1; r < n; ++r) {
-    const double v = input_value(r, i, op);
-    if (op == ReduceOp::kSum || op == ReduceOp::kMean) acc += v;
-    if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    if (op == ReduceOp::kProd) acc *= v;
-  }
-  if (op != ReduceOp::kMean) return acc;
-  if (t == DataType::kInt64) return std::trunc(acc / n);
-  if (t == DataType::kFloat32) return static_cast<float>(acc) / static_cast<float>(n);
-  return acc / n;
-}
+using mwms::testing::reduced_value;
 
-bool close_enough(double got, double want, DataType t, ReduceOp op) {
-  if (got == want) return true;
-  if (op != ReduceOp::kMean || t != DataType::kBFloat16) return false;
-  return std::fabs(got - want) <= std::ldexp(1.0, -7) * std::max(1.0, std::fabs(want));
-}
-
-// Throws (so that Catch2 names the case) at the first element that differs from `want`.
+// Fails the case at the first element that differs from `want`.
 void expect_values(const char* what, DataType t, ReduceOp op, const void* buf, std::size_t count,
                    const std::function<double(std::size_t)>& want) {
-  for (std::size_t i = 0; i < count; ++i) {
-    const double got = load(t, buf, i);
-    if (!close_enough(got, want(i), t, op)) {
-      std::ostringstream msg;
-      msg << what << " " << mwms::to_string(t) << " " << mwms::to_string(op) << " count " << count
-          << ": element " << i << " is " << got << ", expected " << want(i);
-      FAIL(msg.str());
-    }
-  }
+  const std::string mismatch = mwms::testing::first_mismatch(what, t, op, buf, count, want);
+  if (!mismatch.empty()) FAIL(mismatch);
 }
 
 // FNV-1a over the bytes, compared across ranks through MPI itself (not through libmwms).
@@ -102,7 +75,7 @@ void check_all_reduce(mwms::Communicator& comm, DataType t, ReduceOp op, std::si
   for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(comm.rank(), i, op));
   comm.all_reduce(buf.data(), count, t, op);
   expect_values("all_reduce", t, op, buf.data(), count,
-                [&](std::size_t i) { return reference(n, i, t, op); });
+                [&](std::size_t i) { return reduced_value(n, i, t, op); });
   expect_identical_everywhere("all_reduce", buf.data(), count * mwms::dtype_size(t));
 }
 
@@ -114,7 +87,7 @@ void check_reduce_scatter(mwms::Communicator& comm, DataType t, ReduceOp op, std
   comm.reduce_scatter(send.data(), recv.data(), block, t, op);
   const std::size_t first = block * static_cast<std::size_t>(comm.rank());
   expect_values("reduce_scatter", t, op, recv.data(), block,
-                [&](std::size_t i) { return reference(n, first + i, t, op); });
+                [&](std::size_t i) { return reduced_value(n, first + i, t, op); });
 }
 
 void check_all_gather(mwms::Communicator& comm, DataType t, std::size_t block) {
@@ -188,7 +161,7 @@ TEST_CASE("async collectives over MPI from the progress thread", "[mpi]") {
   wa->wait();
   wb->wait();
   expect_values("async all_reduce", DataType::kFloat32, ReduceOp::kSum, a.data(), a.size(),
-                [&](std::size_t i) { return reference(n, i, DataType::kFloat32, ReduceOp::kSum); });
+                [&](std::size_t i) { return reduced_value(n, i, DataType::kFloat32, ReduceOp::kSum); });
   for (float v : b) REQUIRE(v == static_cast<float>(n - 1));
 }
 

@@ -5,9 +5,7 @@
 // every dtype (bfloat16 holds integers up to 256 exactly); float16/bfloat16 means are compared to
 // one unit in the last place of the storage type, everything else for equality.
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <cstring>
-#include <sstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -28,44 +26,16 @@ using mwms::testing::load;
 using mwms::DataType;
 using mwms::ReduceOp;
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                              DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProd};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 
-double reference(int n, std::size_t i, DataType t, ReduceOp op) {
-  double acc = input_value(0, i, op);
-  for (int r = 1; r < n; ++r) {
-    double v = input_value(r, i, op);
-    if (op == ReduceOp::kSum || op == ReduceOp::kMean) acc += v;
-    if (op == ReduceOp::kMin) acc = std::min(acc, v);
-    if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    if (op == ReduceOp::kProd) acc *= v;
-  }
-  if (op != ReduceOp::kMean) return acc;
-  if (t == DataType::kInt32 || t == DataType::kInt64) return std::trunc(acc / n);
-  if (t == DataType::kFloat32) return static_cast<float>(acc) / static_cast<float>(n);
-  return acc / n;
-}
+using mwms::testing::reduced_value;
 
-bool close_enough(double got, double want, DataType t, ReduceOp op) {
-  if (got == want) return true;
-  if (op != ReduceOp::kMean) return false;
-  double ulp = t == DataType::kFloat16 ? std::ldexp(1.0, -10) : t == DataType::kBFloat16 ? std::ldexp(1.0, -7) : 0;
-  return std::fabs(got - want) <= ulp * std::max(1.0, std::fabs(want));
-}
-
+// Throws (a forked rank reports it) at the first element that differs from `want`.
 void expect_values(const char* what, DataType t, ReduceOp op, const void* buf, std::size_t count,
                    const std::function<double(std::size_t)>& want) {
-  for (std::size_t i = 0; i < count; ++i) {
-    double got = load(t, buf, i);
-    if (!close_enough(got, want(i), t, op)) {
-      std::ostringstream msg;
-      msg << what << " " << mwms::to_string(t) << " " << mwms::to_string(op) << " count " << count
-          << ": element " << i << " is " << got << ", expected " << want(i);
-      throw std::runtime_error(msg.str());
-    }
-  }
+  const std::string mismatch = mwms::testing::first_mismatch(what, t, op, buf, count, want);
+  if (!mismatch.empty()) throw std::runtime_error(mismatch);
 }
 
 void check_all_reduce(mwms::Communicator& comm, DataType t, ReduceOp op, std::size_t count) {
@@ -74,7 +44,7 @@ void check_all_reduce(mwms::Communicator& comm, DataType t, ReduceOp op, std::si
   for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(comm.rank(), i, op));
   comm.all_reduce(buf.data(), count, t, op);
   expect_values("all_reduce", t, op, buf.data(), count,
-                [&](std::size_t i) { return reference(n, i, t, op); });
+                [&](std::size_t i) { return reduced_value(n, i, t, op); });
 }
 
 void check_reduce_scatter(mwms::Communicator& comm, DataType t, ReduceOp op, std::size_t block) {
@@ -85,7 +55,7 @@ void check_reduce_scatter(mwms::Communicator& comm, DataType t, ReduceOp op, std
   comm.reduce_scatter(send.data(), recv.data(), block, t, op);
   std::size_t first = block * static_cast<std::size_t>(comm.rank());
   expect_values("reduce_scatter", t, op, recv.data(), block,
-                [&](std::size_t i) { return reference(n, first + i, t, op); });
+                [&](std::size_t i) { return reduced_value(n, first + i, t, op); });
 }
 
 void check_all_gather(mwms::Communicator& comm, DataType t, std::size_t block) {
@@ -111,7 +81,7 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
 void check_everything(mwms::Communicator& comm) {
   // empty, single, fewer than ranks, prime, and one just past the default small-message threshold
   const std::size_t counts[] = {0, 1, 7, 1009, 16411};
-  for (DataType t : kAllTypes) {
+  for (DataType t : kAllDtypes) {
     for (ReduceOp op : kAllOps) {
       for (std::size_t count : counts) check_all_reduce(comm, t, op, count);
       check_reduce_scatter(comm, t, op, 0);
@@ -189,15 +159,17 @@ void run_everything(const RunConfig& cfg) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[tcp][fault]") {
+// 2 ranks whose options differ as `differ(rank, options)` makes them, one float32 all-reduce:
+// both must fail (exit 1) with an error naming `variable`.
+void expect_option_mismatch(
+    const std::function<void(int rank, mwms::CommunicatorOptions& options)>& differ,
+    const char* variable) {
   mwms::testing::LaunchOptions opts;
   opts.world_size = 2;
   opts.timeout_seconds = 30;
-  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config, auto) {
     mwms::CommunicatorOptions copts;
-    copts.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+    differ(rank, copts);
     copts.timeout_seconds = 10;
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
     std::vector<float> v(1000, 1.0f);
@@ -206,27 +178,24 @@ TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[t
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) {
     CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_SMALL_MESSAGE_BYTES"));
+    CHECK_THAT(r.output, Catch::Matchers::Contains(variable));
   }
 }
 
+}  // namespace
+
+TEST_CASE("ranks with different MWMS_SMALL_MESSAGE_BYTES report a mismatch", "[tcp][fault]") {
+  expect_option_mismatch(
+      [](int rank, mwms::CommunicatorOptions& o) {
+        o.small_message_bytes = rank == 0 ? 0 : 1 << 20;
+      },
+      "MWMS_SMALL_MESSAGE_BYTES");
+}
+
 TEST_CASE("ranks forcing different algorithms report a mismatch", "[tcp][fault]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 2;
-  opts.timeout_seconds = 30;
-  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
-    mwms::CommunicatorOptions copts;
-    copts.algorithm = rank == 0 ? "ring" : "rhd";
-    copts.timeout_seconds = 10;
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
-    std::vector<float> v(1000, 1.0f);
-    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  });
-  INFO(mwms::testing::describe(results));
-  for (const auto& r : results) {
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Matchers::Contains("MWMS_ALGO"));
-  }
+  expect_option_mismatch(
+      [](int rank, mwms::CommunicatorOptions& o) { o.algorithm = rank == 0 ? "ring" : "rhd"; },
+      "MWMS_ALGO");
 }
 
 TEST_CASE("every collective dtype and op on 2 processes", "[tcp][multiproc]") {

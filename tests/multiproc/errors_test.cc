@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
-#include "common/env.h"
 #include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
+#include "support/child_env.h"
 
 namespace {
 
@@ -327,19 +327,14 @@ TEST_CASE("ranks opening different numbers of TCP streams fail naming MWMS_NSOCK
   opts.world_size = 2;
   opts.timeout_seconds = 60;
   auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
-    ::setenv("MWMS_NSOCKS_PERPEER", rank == 1 ? "2" : "1", 1);
-    if (mwms::common::env_int("MWMS_NSOCKS_PERPEER") != rank + 1) {
-      report("cached: this test binary read MWMS_NSOCKS_PERPEER before forking");
+    if (!mwms::testing::set_env_in_child("MWMS_NSOCKS_PERPEER", rank == 1 ? "2" : "1", report)) {
       return;
     }
     mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(5, 5));
     report("created");
   });
   INFO(mwms::testing::describe(results));
-  if (results[0].output.find("cached: ") != std::string::npos) {
-    WARN("skipped: run this test case in its own process (ctest does)");
-    return;
-  }
+  if (mwms::testing::skipped_for_cached_env(results)) return;
   // Rank 0 accepts rank 1's streams and reads the count in their hellos: it names rank 1, both
   // counts and the variable. Rank 1 cannot tell (it connects and sends), but it must fail too
   // when rank 0 leaves, not form a communicator.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -51,6 +52,25 @@ void capture_stderr(const std::string& path) {
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+using Report = std::function<void(const std::string&)>;
+
+// Forks `n` ranks; each makes a communicator over `transport` (20 s timeouts), all-reduces once
+// with every other rank (seq 0), then calls body(rank, comm, report).
+std::vector<ChildResult> run_after_one_all_reduce(
+    int n, mwms::TransportChoice transport,
+    const std::function<void(int rank, mwms::Communicator& comm, const Report& report)>& body) {
+  LaunchOptions opts;
+  opts.world_size = n;
+  opts.timeout_seconds = 60;
+  return run_ranks(opts, [&](int rank, const std::string& tf_config, const Report& report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config),
+                                           options(transport, 20));
+    std::vector<float> v(1024, 1.0f);
+    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    body(rank, *comm, report);
+  });
 }
 
 }  // namespace
@@ -108,25 +128,19 @@ TEST_CASE("a collective after a peer finalized names it as finalized, not dead",
           "[multiproc][finalize][fault]") {
   for (auto transport : {mwms::TransportChoice::kShm, mwms::TransportChoice::kTcp}) {
     INFO(name(transport));
-    LaunchOptions opts;
-    opts.world_size = 3;
-    opts.timeout_seconds = 60;
-    auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
-      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config),
-                                             options(transport, 20));
-      std::vector<float> v(1024, 1.0f);
-      comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    auto results = run_after_one_all_reduce(3, transport, [](int rank, mwms::Communicator& comm,
+                                                             const Report& report) {
       if (rank == 1) {
-        comm->finalize();  // seq 1: on the wire a barrier, which the others' barrier() matches
+        comm.finalize();  // seq 1: on the wire a barrier, which the others' barrier() matches
         report("finalized");
         return;  // and exits
       }
       auto start = std::chrono::steady_clock::now();
       try {
-        comm->barrier();  // pairs with rank 1's finalize
+        comm.barrier();  // pairs with rank 1's finalize
         // Rank 1 will never join this one. The first rank to learn it relays its failure, so a
         // rank still finishing the barrier above may fail there, with that cause.
-        comm->barrier();
+        comm.barrier();
         report("second barrier returned");
       } catch (const mwms::Error& e) {
         report("failed within " + std::to_string(seconds_since(start)) + " s: " + e.what());
@@ -153,18 +167,12 @@ TEST_CASE("a rank that exits without finalize() while others wait is named as go
           "[multiproc][finalize][fault]") {
   for (auto transport : {mwms::TransportChoice::kShm, mwms::TransportChoice::kTcp}) {
     INFO(name(transport));
-    LaunchOptions opts;
-    opts.world_size = 2;
-    opts.timeout_seconds = 60;
-    auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
-      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config),
-                                             options(transport, 20));
-      std::vector<float> v(1024, 1.0f);
-      comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    auto results = run_after_one_all_reduce(2, transport, [](int rank, mwms::Communicator& comm,
+                                                             const Report& report) {
       if (rank == 1) return;  // leaves without finalize()
       auto start = std::chrono::steady_clock::now();
       try {
-        comm->barrier();
+        comm.barrier();
       } catch (const mwms::PeerError& e) {
         report("after " + std::to_string(seconds_since(start)) + " s: " + e.what());
         throw;

@@ -25,7 +25,7 @@
 #include "mwms/mwms.h"
 #include "strategy/device_replicas.h"
 #include "support/fake_nccl.h"
-#include "support/replica_model.h"
+#include "support/replicas.h"
 
 namespace {
 
@@ -34,7 +34,7 @@ using mwms::ReduceOp;
 using mwms::ReplicaContext;
 using mwms::testing::FakeNcclWorld;
 
-// replica_model.h's model; throws unless this worker's replicas end bit-identical; returns
+// support/replicas.h's linear model; throws unless this worker's replicas end bit-identical; returns
 // replica 0's weights.
 std::vector<float> train(mwms::MultiWorkerMirroredStrategy& strategy, bool device) {
   const std::vector<std::vector<float>> w = mwms::testing::train_replica_model(strategy, device);
@@ -158,8 +158,8 @@ TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across proc
     REQUIRE(cpu.size() == static_cast<std::size_t>(workers));
     REQUIRE(gpu.size() == static_cast<std::size_t>(workers));
     const std::vector<float> first = parse_floats(gpu[0].output);
-    REQUIRE(first.size() == static_cast<std::size_t>(mwms::testing::replica_model::kIn *
-                                                      mwms::testing::replica_model::kOut));
+    REQUIRE(first.size() == static_cast<std::size_t>(mwms::testing::kLinearIn *
+                                                      mwms::testing::kLinearOut));
     const std::string id = gpu[0].output.substr(gpu[0].output.find(" id ") + 4, 32);
     for (int w = 0; w < workers; ++w) {
       const auto& c = cpu[static_cast<std::size_t>(w)];

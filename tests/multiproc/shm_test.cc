@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "collective/transport/shm/shm_segment.h"
-#include "common/env.h"
 #include "kernels/reduce.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
+#include "support/child_env.h"
 #include "support/values.h"
 
 namespace {
@@ -330,11 +330,7 @@ TEST_CASE("MWMS_SHM_DISABLE=1 moves same-host pairs to TCP", "[shm][multiproc]")
   opts.world_size = 2;
   opts.timeout_seconds = 60;
   auto results = run_ranks(opts, [](int, const std::string& tf_config, auto report) {
-    ::setenv("MWMS_SHM_DISABLE", "1", 1);
-    if (mwms::common::env_string("MWMS_SHM_DISABLE") != "1") {
-      report("cached: this test binary read MWMS_SHM_DISABLE before forking");
-      return;
-    }
+    if (!mwms::testing::set_env_in_child("MWMS_SHM_DISABLE", "1", report)) return;
     mwms::CommunicatorOptions copts = shm_options();
     copts.transport = mwms::TransportChoice::kAuto;
     auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
@@ -351,10 +347,7 @@ TEST_CASE("MWMS_SHM_DISABLE=1 moves same-host pairs to TCP", "[shm][multiproc]")
     }
   });
   INFO(mwms::testing::describe(results));
-  if (results[0].output.find("cached: ") != std::string::npos) {
-    WARN("skipped: run this test case in its own process (ctest does)");
-    return;
-  }
+  if (mwms::testing::skipped_for_cached_env(results)) return;
   for (const ChildResult& r : results) {
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.output, Contains("tcp"));
@@ -383,11 +376,7 @@ TEST_CASE("rings larger than the host's memory fail at start-up with a clear err
   opts.world_size = 4;
   opts.timeout_seconds = 60;
   auto results = run_ranks(opts, [](int, const std::string& tf_config, auto report) {
-    ::setenv("MWMS_SHM_RING_BYTES", "4294967296", 1);
-    if (mwms::common::env_string("MWMS_SHM_RING_BYTES") != "4294967296") {
-      report("cached: this test binary read MWMS_SHM_RING_BYTES before forking");
-      return;
-    }
+    if (!mwms::testing::set_env_in_child("MWMS_SHM_RING_BYTES", "4294967296", report)) return;
     try {
       mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options());
       report("created");
@@ -396,10 +385,7 @@ TEST_CASE("rings larger than the host's memory fail at start-up with a clear err
     }
   });
   INFO(mwms::testing::describe(results));
-  if (results[0].output.find("cached: ") != std::string::npos) {
-    WARN("skipped: run this test case in its own process (ctest does)");
-    return;
-  }
+  if (mwms::testing::skipped_for_cached_env(results)) return;
   for (const ChildResult& r : results) {
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.output, Contains("refused: "));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -32,10 +33,8 @@ using mwms::DataType;
 using mwms::ReduceOp;
 using mwms::testing::FakeCudaRuntime;
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                              DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProd};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 
 // Inputs with many significant bits (so that a different summation order shows in the result):
 // floats in (-2, 2), near 1 for products; small integers for the integer types.
@@ -70,7 +69,7 @@ std::string name_of(const Case& c) {
 std::vector<Case> every_case(int n) {
   std::vector<Case> cases;
   const std::size_t counts[] = {0, 1, 1009};
-  for (DataType t : kAllTypes) {
+  for (DataType t : kAllDtypes) {
     for (std::size_t count : counts) {
       for (ReduceOp op : kAllOps) {
         cases.push_back({mc::DeviceCollective::kAllReduce, t, op, count, 0});
@@ -170,23 +169,46 @@ mwms::CommunicatorOptions staged_options(double timeout = 30) {
   return o;
 }
 
-void run_every_collective(int n) {
+using RankBody = std::function<void(int rank, const std::string& tf_config,
+                                    const std::function<void(const std::string&)>& report)>;
+
+// run_ranks on `n` processes killed after `timeout_seconds`; `reference` also reserves the ports
+// of a second cluster for each rank's reference Communicator (reference_communicator()).
+std::vector<mwms::testing::ChildResult> launch(int n, double timeout_seconds, const RankBody& body,
+                                               bool reference = false) {
   mwms::testing::LaunchOptions opts;
   opts.world_size = n;
-  opts.timeout_seconds = 240;
-  opts.extra_ports = n;  // the reference cluster
-  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
-                                                    const auto& report) {
-    FakeCudaRuntime::get().reset();
-    auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
-                                               staged_options(), nullptr,
-                                               &mwms::testing::fake_cuda_api());
+  opts.timeout_seconds = timeout_seconds;
+  if (reference) opts.extra_ports = n;
+  return mwms::testing::run_ranks(opts, body);
+}
+
+// In a rank of launch(..., reference = true): the engine on host buffers over the second cluster
+// (mwms::testing::extra_ports()), task `rank` of it.
+std::unique_ptr<mwms::Communicator> reference_communicator(int rank,
+                                                           const mwms::CommunicatorOptions& o) {
+  const std::string tf_config =
+      mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false);
+  return mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
+}
+
+// In a rank: the fake CUDA runtime reset, then the device communicator of `tf_config` over it
+// with no NCCL (so the host-staged path), kRing, `timeout` seconds per collective.
+std::unique_ptr<mwms::DeviceCommunicator> staged_communicator(const std::string& tf_config,
+                                                              double timeout = 30) {
+  FakeCudaRuntime::get().reset();
+  return mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
+                                        staged_options(timeout), nullptr,
+                                        &mwms::testing::fake_cuda_api());
+}
+
+void run_every_collective(int n) {
+  auto results = launch(n, 240, [&](int rank, const std::string& tf_config, const auto& report) {
+    auto comm = staged_communicator(tf_config);
     mwms::CommunicatorOptions host_options;
     host_options.connect_timeout_seconds = 30;
     host_options.timeout_seconds = 30;
-    auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)),
-        host_options);
+    auto host = reference_communicator(rank, host_options);
     if (comm->describe().rfind("host-staged (device 0, world size " + std::to_string(n) + ")", 0) != 0) {
       throw std::runtime_error("describe: " + comm->describe());
     }
@@ -231,7 +253,7 @@ void run_every_collective(int n) {
     report("checked " + std::to_string(checked) + " pinned allocations " + std::to_string(grown) +
            " then " + std::to_string(rt.malloc_host_calls));
     host->finalize();
-  });
+  }, /*reference=*/true);
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) {
     CHECK(r.exit_code == 0);
@@ -261,12 +283,7 @@ TEST_CASE("host-staged: every collective on 3 processes equals the engine on hos
 
 TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on the same pieces",
           "[tcp][multiproc][staged]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 3;
-  opts.timeout_seconds = 120;
-  opts.extra_ports = 3;  // the reference cluster
-  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
-                                                    const auto& report) {
+  auto results = launch(3, 120, [&](int rank, const std::string& tf_config, const auto& report) {
     FakeCudaRuntime::get().reset();
     FakeCudaRuntime::get().not_ready_polls = 3;
     mwms::CommunicatorOptions o = staged_options();
@@ -275,8 +292,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
     so.pipeline_bytes = 64 * 1024 + 3;  // not a whole number of elements: rounded down
     mc::StagedBackend staged(mwms::testing::fake_cuda_api(),
                              mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o), so);
-    auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)), o);
+    auto host = reference_communicator(rank, o);
     auto& rt = FakeCudaRuntime::get();
     // A bucket of three float32 tensors, 307220 bytes in all: 5 pieces of 64 KiB, the second
     // holding parts of all three tensors.
@@ -308,7 +324,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
     report("copies " + std::to_string(rt.copies_to_host) +
            "/" + std::to_string(rt.copies_to_device));
     host->finalize();
-  });
+  }, /*reference=*/true);
   INFO(mwms::testing::describe(results));
   for (const auto& r : results) {
     CHECK(r.exit_code == 0);
@@ -320,11 +336,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
 TEST_CASE("host-staged: kAuto picks NCCL only when every rank has a device of its own",
           "[tcp][multiproc][staged]") {
   for (int devices : {1, 2}) {
-    mwms::testing::LaunchOptions opts;
-    opts.world_size = 2;
-    opts.timeout_seconds = 60;
-    auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config,
-                                                      const auto& report) {
+    auto results = launch(2, 60, [&](int, const std::string& tf_config, const auto& report) {
       FakeCudaRuntime::get().reset();
       FakeCudaRuntime::get().device_count = devices;
       mwms::testing::FakeNcclWorld::get().reset();
@@ -349,11 +361,7 @@ TEST_CASE("host-staged: kAuto picks NCCL only when every rank has a device of it
 }
 
 TEST_CASE("kNccl with more ranks on a host than devices says why", "[tcp][multiproc][staged]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 2;
-  opts.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config,
-                                                    const auto& report) {
+  auto results = launch(2, 60, [&](int, const std::string& tf_config, const auto& report) {
     FakeCudaRuntime::get().reset();
     mwms::testing::FakeNcclWorld::get().reset();
     mwms::CommunicatorOptions o = staged_options();
@@ -376,15 +384,8 @@ TEST_CASE("kNccl with more ranks on a host than devices says why", "[tcp][multip
 }
 
 TEST_CASE("host-staged: a dead peer is a PeerError within the timeout", "[tcp][multiproc][staged][fault]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 3;
-  opts.timeout_seconds = 60;
-  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config,
-                                                   const auto& report) {
-    FakeCudaRuntime::get().reset();
-    auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
-                                               staged_options(10), nullptr,
-                                               &mwms::testing::fake_cuda_api());
+  auto results = launch(3, 60, [](int rank, const std::string& tf_config, const auto& report) {
+    auto comm = staged_communicator(tf_config, 10);
     void* d = FakeCudaRuntime::get().device_malloc(1 << 20);
     if (rank == 2) {
       ::usleep(200 * 1000);
@@ -431,16 +432,9 @@ TEST_CASE("host-staged: an injected CUDA error is a BackendError naming the call
       {"event_query", 700, 1, "cudaEventQuery (copy back)"},         // inside Work::wait
   };
   for (const Injection& inj : injections) {
-    mwms::testing::LaunchOptions opts;
-    opts.world_size = 2;
-    opts.timeout_seconds = 60;
-    auto results = mwms::testing::run_ranks(opts, [&](int, const std::string& tf_config,
-                                                      const auto& report) {
-      FakeCudaRuntime::get().reset();
+    auto results = launch(2, 60, [&](int, const std::string& tf_config, const auto& report) {
+      auto comm = staged_communicator(tf_config, 10);
       FakeCudaRuntime::get().not_ready_polls = 0;
-      auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
-                                                 staged_options(10), nullptr,
-                                                 &mwms::testing::fake_cuda_api());
       void* d = FakeCudaRuntime::get().device_malloc(4096);
       std::vector<float> host(16);
       try {
@@ -472,20 +466,10 @@ TEST_CASE("host-staged: an injected CUDA error is a BackendError naming the call
 // no overlap), so this measures the host side of the path, not PCIe.
 //   mwms_multiproc_tests "[staged-timing]" -s
 TEST_CASE("host-staged: time against the engine on host buffers", "[.][staged-timing]") {
-  mwms::testing::LaunchOptions opts;
-  opts.world_size = 2;
-  opts.timeout_seconds = 300;
-  opts.extra_ports = 2;  // the reference cluster
-  auto results = mwms::testing::run_ranks(opts, [&](int rank, const std::string& tf_config,
-                                                    const auto& report) {
-    FakeCudaRuntime::get().reset();
+  auto results = launch(2, 300, [&](int rank, const std::string& tf_config, const auto& report) {
+    auto comm = staged_communicator(tf_config, 120);
     FakeCudaRuntime::get().not_ready_polls = 0;
-    auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config),
-                                               staged_options(120), nullptr,
-                                               &mwms::testing::fake_cuda_api());
-    auto host = mwms::Communicator::create(
-        mwms::resolve_tf_config(mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)),
-        staged_options(120));
+    auto host = reference_communicator(rank, staged_options(120));
     const std::size_t bytes = std::size_t{64} << 20;
     std::vector<float> h(bytes / 4, 1.0f);
     void* d = FakeCudaRuntime::get().device_malloc(bytes);
@@ -504,6 +488,6 @@ TEST_CASE("host-staged: time against the engine on host buffers", "[.][staged-ti
     report("64 MiB float32 all-reduce: engine " + std::to_string(engine * 1e3) + " ms, staged " +
            std::to_string(staged * 1e3) + " ms");
     host->finalize();
-  });
+  }, /*reference=*/true);
   for (const auto& r : results) WARN("rank " << r.rank << ": " << r.output);
 }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -218,6 +219,41 @@ void check_replica_equivalence(int workers, int k, std::size_t bytes_per_pack,
   }
 }
 
+// A 2-worker job in which every worker runs `replica_fn(rank, ctx)` once on 2 local replicas
+// (strategy made with `options`); each worker reports every replica's ReplicaError ("replica R
+// got ReplicaError: ...") and how run() ended ("run returned", "run threw PeerError: ...", "run
+// threw: ..."), one per line.
+std::vector<mwms::testing::ChildResult> run_two_workers_of_two_replicas(
+    const mwms::CommunicationOptions& options,
+    const std::function<void(int rank, const mwms::ReplicaContext& ctx)>& replica_fn) {
+  mwms::testing::LaunchOptions launch;
+  launch.world_size = 2;
+  launch.timeout_seconds = 60;
+  return mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
+    mwms::ReplicaOptions replicas;
+    replicas.local_replicas = 2;
+    mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
+    std::mutex mu;
+    try {
+      strategy.run([&](const mwms::ReplicaContext& ctx) {
+        try {
+          replica_fn(rank, ctx);
+        } catch (const mwms::ReplicaError& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          report("replica " + std::to_string(ctx.local_replica_id) + " got ReplicaError: " +
+                 e.what() + "\n");
+          throw;
+        }
+      });
+      report("run returned\n");
+    } catch (const mwms::PeerError& e) {
+      report(std::string("run threw PeerError: ") + e.what() + "\n");
+    } catch (const std::runtime_error& e) {
+      report(std::string("run threw: ") + e.what() + "\n");
+    }
+  });
+}
+
 }  // namespace
 
 TEST_CASE("K = 1, 2, 3 local replicas x 1-3 workers end with the same weights as one replica",
@@ -266,39 +302,17 @@ TEST_CASE("a local replica that throws on one worker fails every replica of ever
   // Worker 1's replica 1 throws before the all-reduce: worker 1's replica 0 stops waiting for it
   // (ReplicaError) and run() rethrows the root; worker 1 exits, so worker 0's replica 0 gets a
   // PeerError from the cross-worker all-reduce and its replica 1 a ReplicaError naming replica 0.
-  mwms::testing::LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results =
-      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-        mwms::CommunicationOptions options;
-        options.timeout_seconds = 30;
-        mwms::ReplicaOptions replicas;
-        replicas.local_replicas = 2;
-        mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
-        std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
-        std::mutex mu;
-        try {
-          strategy.run([&](const mwms::ReplicaContext& ctx) {
-            if (rank == 1 && ctx.local_replica_id == 1)
-              throw std::runtime_error("worker 1 replica 1 broke");
-            try {
-              auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-              ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
-            } catch (const mwms::ReplicaError& e) {
-              std::lock_guard<std::mutex> lock(mu);
-              report("replica " + std::to_string(ctx.local_replica_id) +
-                     " got ReplicaError: " + e.what() + "\n");
-              throw;
-            }
-          });
-          report("run returned\n");
-        } catch (const mwms::PeerError& e) {
-          report(std::string("run threw PeerError: ") + e.what() + "\n");
-        } catch (const std::runtime_error& e) {
-          report(std::string("run threw: ") + e.what() + "\n");
-        }
-      });
+  mwms::CommunicationOptions options;
+  options.timeout_seconds = 30;
+  std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f));
+  auto results = run_two_workers_of_two_replicas(options, [&](int rank,
+                                                              const mwms::ReplicaContext& ctx) {
+    if (rank == 1 && ctx.local_replica_id == 1) {
+      throw std::runtime_error("worker 1 replica 1 broke");
+    }
+    auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+    ctx.all_reduce(mwms::ReduceOp::kSum, {{mine.data(), mine.size()}});
+  });
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == 2);
   using Catch::Matchers::Contains;
@@ -315,40 +329,18 @@ TEST_CASE("a local replica that throws inside an overlapped step fails every rep
   // locally, its replica 0 stops waiting in finish (ReplicaError) and run() rethrows the root;
   // worker 0's buckets started, so its replica 0 gets a PeerError when worker 1 exits and its
   // replica 1 a ReplicaError naming replica 0. All at once, not at the 30 s deadline.
-  mwms::testing::LaunchOptions launch;
-  launch.world_size = 2;
-  launch.timeout_seconds = 60;
-  auto results =
-      mwms::testing::run_ranks(launch, [&](int rank, const std::string& tf, auto report) {
-        mwms::CommunicationOptions options;
-        options.timeout_seconds = 30;
-        options.bytes_per_pack = 1024;  // several buckets
-        mwms::ReplicaOptions replicas;
-        replicas.local_replicas = 2;
-        mwms::MultiWorkerMirroredStrategy strategy(mwms::resolve_tf_config(tf), options, replicas);
-        std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f)), h = g;
-        std::mutex mu;
-        try {
-          strategy.run([&](const mwms::ReplicaContext& ctx) {
-            const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-            ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
-            if (rank == 1 && r == 1) throw std::runtime_error("worker 1 replica 1 broke");
-            ctx.gradient_ready(1);
-            try {
-              ctx.finish_gradient_sync();
-            } catch (const mwms::ReplicaError& e) {
-              std::lock_guard<std::mutex> lock(mu);
-              report("replica " + std::to_string(r) + " got ReplicaError: " + e.what() + "\n");
-              throw;
-            }
-          });
-          report("run returned\n");
-        } catch (const mwms::PeerError& e) {
-          report(std::string("run threw PeerError: ") + e.what() + "\n");
-        } catch (const std::runtime_error& e) {
-          report(std::string("run threw: ") + e.what() + "\n");
-        }
-      });
+  mwms::CommunicationOptions options;
+  options.timeout_seconds = 30;
+  options.bytes_per_pack = 1024;  // several buckets
+  std::vector<std::vector<float>> g(2, std::vector<float>(1000, 1.0f)), h = g;
+  auto results = run_two_workers_of_two_replicas(options, [&](int rank,
+                                                              const mwms::ReplicaContext& ctx) {
+    const auto r = static_cast<std::size_t>(ctx.local_replica_id);
+    ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
+    if (rank == 1 && r == 1) throw std::runtime_error("worker 1 replica 1 broke");
+    ctx.gradient_ready(1);
+    ctx.finish_gradient_sync();
+  });
   INFO(mwms::testing::describe(results));
   REQUIRE(results.size() == 2);
   using Catch::Matchers::Contains;

@@ -14,6 +14,7 @@
 
 #include "kernels/reduce.h"
 #include "mwms/types.h"
+#include "support/values.h"  // kAllDtypes, kAllOps
 
 namespace mwms::testing {
 
@@ -132,13 +133,6 @@ inline std::size_t count_mismatches(ReduceOp op, const BitBuffer& a, const BitBu
   }
   return wrong;
 }
-
-/// Every dtype and every reduce op, for loops over all of them.
-inline constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64,
-                                          DataType::kFloat16,  DataType::kBFloat16,
-                                          DataType::kInt32,    DataType::kInt64};
-inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin,
-                                       ReduceOp::kMax, ReduceOp::kProd};
 
 /// One bit-exact reduce comparison: operands `a` (dst) and `b` (src) of `dtype` from
 /// operand_pairs, and `want` = kernels::reduce(a, b, op), the CPU oracle.

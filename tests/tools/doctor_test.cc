@@ -28,9 +28,8 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-Run doctor(const std::string& tf_config, const std::string& extra = "") {
-  std::string cmd = "TF_CONFIG=" + quote(tf_config) + " " MWMS_DOCTOR_PATH " --json " + extra +
-                    " 2>/dev/null";
+// Runs `cmd` through sh; its exit status (-1 when killed) and what it wrote to stdout.
+Run run_shell(const std::string& cmd) {
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -39,6 +38,11 @@ Run doctor(const std::string& tf_config, const std::string& extra = "") {
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+Run doctor(const std::string& tf_config, const std::string& extra = "") {
+  return run_shell("TF_CONFIG=" + quote(tf_config) + " " MWMS_DOCTOR_PATH " --json " + extra +
+                   " 2>/dev/null");
 }
 
 std::string read_file(const std::string& path) {
@@ -83,14 +87,7 @@ TEST_CASE("mwms-doctor --json reports every launcher present and their conflict"
     std::string cmd = "env -u TF_CONFIG -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u "
                       "SLURM_PROCID -u RANK -u WORLD_SIZE -u PMIX_RANK -u PMI_RANK " +
                       env + " " MWMS_DOCTOR_PATH " --json 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    int status = ::pclose(p);
-    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    return run_shell(cmd);
   };
   std::string tf = quote(R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":0}})");
   Run conflict = run("TF_CONFIG=" + tf + " OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2");
@@ -137,14 +134,7 @@ TEST_CASE("mwms-doctor: Slurm ports from MWMS_SLURM_PORT_BASE", "[unit][tools]")
                       "SLURM_LOCALID=1 SLURM_STEP_NODELIST='a1,b[07]' "
                       "SLURM_STEP_TASKS_PER_NODE=2,1 " +
                       env + " " MWMS_DOCTOR_PATH " --json 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    int status = ::pclose(p);
-    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    return run_shell(cmd);
   };
   Run base = run("MWMS_SLURM_PORT_BASE=9100");
   REQUIRE(base.status == 0);

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "common/socket.h"
+
 namespace mwms::collective {
 
 std::string seconds_text(double seconds) {

@@ -12,7 +12,6 @@
 #include <string>
 #include <thread>
 
-#include "common/socket.h"
 #include "mwms/communicator.h"
 #include "mwms/errors.h"
 #include "mwms/types.h"

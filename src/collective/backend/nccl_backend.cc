@@ -1,9 +1,5 @@
 #include "collective/backend/nccl_backend.h"
 
-#include <chrono>
-#include <cstdio>
-#include <thread>
-
 #include "collective/backend/cuda_api.h"
 #include "common/logging.h"
 

@@ -1,9 +1,6 @@
 #include "collective/backend/nccl_group.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <thread>
 
 #include "common/logging.h"
 

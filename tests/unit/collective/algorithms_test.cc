@@ -33,10 +33,8 @@ using mwms::DataType;
 using mwms::ReduceOp;
 namespace mc = mwms::collective;
 
-constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                  DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kProd};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 
 void fill_input(std::vector<char>& buf, int rank, std::size_t count, DataType t, ReduceOp op) {
   buf.assign(count * mwms::dtype_size(t), 0);
@@ -147,7 +145,7 @@ void all_reduce_matrix(RankState& st, const std::vector<std::size_t>& counts,
   std::vector<char> buf, want;
   for (const mc::Algorithm* algo : kAllReduceAlgorithms) {
     for (std::size_t count : counts) {
-      for (DataType t : kAllTypes) {
+      for (DataType t : kAllDtypes) {
         for (ReduceOp op : kAllOps) {
           if (!every_type_and_op && t != DataType::kFloat32 && t != DataType::kBFloat16) continue;
           fill_input(buf, st.rank, count, t, op);
@@ -191,7 +189,7 @@ TEST_CASE("hierarchical all-reduce on H hosts x L ranks, hosts contiguous or int
         std::vector<char> buf, want;
         const mc::Algorithm& algo = mc::hierarchical_all_reduce();
         for (std::size_t count : counts) {
-          for (DataType t : kAllTypes) {
+          for (DataType t : kAllDtypes) {
             if (n > 4 && t != DataType::kFloat32 && t != DataType::kBFloat16) continue;
             for (ReduceOp op : kAllOps) {
               fill_input(buf, st.rank, count, t, op);
@@ -237,7 +235,7 @@ TEST_CASE("ring reduce-scatter, all-gather and broadcast on 2..8 threaded ranks"
       for (std::size_t block : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
                                 std::size_t{20011}}) {
         const std::size_t total = block * static_cast<std::size_t>(n);
-        for (DataType t : kAllTypes) {
+        for (DataType t : kAllDtypes) {
           const std::size_t esize = mwms::dtype_size(t);
           for (ReduceOp op : kAllOps) {
             fill_input(send, st.rank, total, t, op);

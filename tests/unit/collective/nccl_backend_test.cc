@@ -8,11 +8,14 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <exception>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "collective/device_communicator.h"
 #include "support/fake_nccl.h"
+#include "support/thread_expect.h"
 
 namespace {
 
@@ -20,6 +23,7 @@ using mwms::DataType;
 using mwms::ReduceOp;
 namespace mc = mwms::collective;
 using mwms::testing::FakeNcclWorld;
+using mwms::testing::expect;
 using mwms::testing::fake_nccl_api;
 
 mc::NcclBackendOptions options_for(int rank, int world, double timeout = 5) {
@@ -37,19 +41,28 @@ mc::DeviceCall all_reduce(float* buf, std::size_t n, ReduceOp op = ReduceOp::kSu
   return {mc::DeviceCollective::kAllReduce, buf, buf, n, DataType::kFloat32, op, 0};
 }
 
-// Runs body(rank, backend) on `world` threads, each with its own backend over the fake.
+// Runs body(rank, backend) on `world` threads, each with its own backend over the fake. The body
+// asserts with expect() (no Catch2 assertion in a thread: support/thread_expect.h); returns per
+// rank what the rank's thread threw (its what(), "" when it returned), for the main thread to
+// check.
 template <typename Body>
-void run_threads(int world, double timeout, Body body) {
+std::vector<std::string> run_threads(int world, double timeout, Body body) {
   mc::NcclUniqueId id;
   fake_nccl_api().get_unique_id(&id);
+  std::vector<std::string> failures(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      mc::NcclBackend backend(fake_nccl_api(), id, options_for(r, world, timeout));
-      body(r, backend);
+      try {
+        mc::NcclBackend backend(fake_nccl_api(), id, options_for(r, world, timeout));
+        body(r, backend);
+      } catch (const std::exception& e) {
+        failures[static_cast<std::size_t>(r)] = e.what();
+      }
     });
   }
   for (auto& t : threads) t.join();
+  return failures;
 }
 
 }  // namespace
@@ -60,25 +73,20 @@ TEST_CASE("nccl backend over the fake: init in progress, all-reduce, mean and bu
   FakeNcclWorld::get().init_polls = 5;  // the non-blocking init reports in-progress first
   constexpr int kWorld = 4;
   std::vector<std::vector<float>> results(kWorld);
-  std::vector<std::string> errors(kWorld);
-  run_threads(kWorld, 5, [&](int r, mc::NcclBackend& backend) {
-    try {
-      std::vector<float> a(7, static_cast<float>(r + 1));
-      mc::DeviceCall c = all_reduce(a.data(), a.size());
-      backend.launch(&c, 1, nullptr)->wait();
-      std::vector<float> m(3, static_cast<float>(2 * r));
-      mc::DeviceCall mean = all_reduce(m.data(), m.size(), ReduceOp::kMean);
-      backend.launch(&mean, 1, nullptr)->wait();
-      std::vector<float> b1(2, 1.0f), b2(5, static_cast<float>(r));
-      mc::DeviceCall bucket[] = {all_reduce(b1.data(), 2), all_reduce(b2.data(), 5)};
-      auto work = backend.launch(bucket, 2, nullptr);
-      work->wait();
-      CHECK(work->test());
-      results[r] = {a[0], a[6], m[0], b1[1], b2[4]};
-      CHECK(backend.seq() == 3);
-    } catch (const std::exception& e) {
-      errors[r] = e.what();
-    }
+  const auto errors = run_threads(kWorld, 5, [&](int r, mc::NcclBackend& backend) {
+    std::vector<float> a(7, static_cast<float>(r + 1));
+    mc::DeviceCall c = all_reduce(a.data(), a.size());
+    backend.launch(&c, 1, nullptr)->wait();
+    std::vector<float> m(3, static_cast<float>(2 * r));
+    mc::DeviceCall mean = all_reduce(m.data(), m.size(), ReduceOp::kMean);
+    backend.launch(&mean, 1, nullptr)->wait();
+    std::vector<float> b1(2, 1.0f), b2(5, static_cast<float>(r));
+    mc::DeviceCall bucket[] = {all_reduce(b1.data(), 2), all_reduce(b2.data(), 5)};
+    auto work = backend.launch(bucket, 2, nullptr);
+    work->wait();
+    expect(work->test(), "work->test() after wait()");
+    results[r] = {a[0], a[6], m[0], b1[1], b2[4]};
+    expect(backend.seq() == 3, "backend.seq() == 3, not " + std::to_string(backend.seq()));
   });
   for (int r = 0; r < kWorld; ++r) {
     INFO("rank " << r << ": " << errors[r]);
@@ -101,7 +109,7 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
   // char, not bool: std::vector<bool> packs its elements into shared bytes, so the rank threads'
   // writes to their own elements would race.
   std::vector<char> short_wait_timed_out(kWorld, 0);
-  run_threads(kWorld, 0.3, [&](int r, mc::NcclBackend& backend) {
+  const auto failures = run_threads(kWorld, 0.3, [&](int r, mc::NcclBackend& backend) {
     if (r == kDead) {
       std::this_thread::sleep_for(std::chrono::milliseconds(800));  // alive, never calls
       return;
@@ -109,7 +117,7 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
     std::vector<float> a(4, 1.0f);
     mc::DeviceCall c = all_reduce(a.data(), a.size());
     auto work = backend.launch(&c, 1, nullptr);
-    CHECK_FALSE(work->test());  // in progress: the event is pending
+    expect(!work->test(), "!work->test() at launch");  // in progress: the event is pending
     // A wait shorter than the collective's deadline times out without aborting anything.
     try {
       work->wait(0.05);
@@ -121,12 +129,13 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
       work->wait();
     } catch (const mwms::TimeoutError& e) {
       errors[r] = e.what();
-      CHECK(e.context().rank == r);
-      CHECK(e.context().op == "all_reduce");
-      CHECK(e.context().seq == 0);
+      expect(e.context().rank == r, "context rank " + std::to_string(r) + ", not " +
+                                        std::to_string(e.context().rank));
+      expect(e.context().op == "all_reduce", "context op all_reduce, not " + e.context().op);
+      expect(e.context().seq == 0, "context seq 0, not " + std::to_string(e.context().seq));
     }
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    CHECK(work->test());  // completed, with the error
+    expect(work->test(), "work->test() after the timeout");  // completed, with the error
     try {
       backend.launch(&c, 1, nullptr);
     } catch (const mwms::InvalidUsage& e) {
@@ -134,6 +143,8 @@ TEST_CASE("nccl backend: a rank that never calls makes every other rank time out
     }
   });
   for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << failures[r]);
+    CHECK(failures[r].empty());
     if (r == kDead) continue;
     INFO("rank " << r << ": " << errors[r]);
     CHECK(short_wait_timed_out[r] == 1);

@@ -8,12 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "support/fake_nccl.h"
+#include "support/thread_expect.h"
 
 namespace {
 
@@ -22,6 +22,7 @@ using mwms::ReduceOp;
 namespace mc = mwms::collective;
 using Catch::Matchers::Contains;
 using mwms::testing::FakeNcclWorld;
+using mwms::testing::expect;  // not Catch2 in the worker threads: support/thread_expect.h
 using mwms::testing::fake_nccl_api;
 
 mc::NcclGroupOptions group_options(int worker, int workers, int k, double timeout = 5) {
@@ -55,12 +56,6 @@ void run_workers(int workers, int k, double timeout, Body body) {
     });
   }
   for (auto& t : threads) t.join();
-}
-
-// An assertion for the worker threads: Catch2's CHECK is not thread-safe (TSan: a data race in
-// its assertion counters), so a thread throws instead and the main thread checks what it caught.
-void expect(bool ok, const char* what) {
-  if (!ok) throw std::runtime_error(std::string("expected ") + what);
 }
 
 }  // namespace

@@ -25,12 +25,10 @@ using mwms::ReduceOp;
 namespace mk = mwms::kernels;
 using mk::detail::KernelIsa;
 
-constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64,  DataType::kFloat16,
-                                   DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+using mwms::testing::kAllDtypes;
+using mwms::testing::kAllOps;
 constexpr DataType kFloatDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                      DataType::kBFloat16};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kProd};
 
 std::uint32_t float_bits(float f) {
   std::uint32_t u;

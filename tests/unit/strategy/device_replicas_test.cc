@@ -7,7 +7,6 @@
 // real device.
 #include <catch2/catch.hpp>
 
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,7 +14,7 @@
 #include "mwms/mwms.h"
 #include "strategy/device_replicas.h"
 #include "support/fake_nccl.h"
-#include "support/replica_model.h"
+#include "support/replicas.h"
 
 namespace {
 
@@ -34,16 +33,16 @@ struct FakeNcclScope {
 };
 
 mwms::MultiWorkerMirroredStrategy make(int k, mwms::ReplicaDevice device, double timeout = 30) {
-  mwms::CommunicationOptions options;
-  options.timeout_seconds = timeout;
-  mwms::ReplicaOptions replicas;
-  replicas.local_replicas = k;
-  replicas.device = device;
-  return mwms::MultiWorkerMirroredStrategy(mwms::ResolvedCluster{}, options, replicas);
+  return mwms::testing::make_replicas(k, device, timeout);
 }
 
-constexpr int kSteps = mwms::testing::replica_model::kSteps;
+using mwms::testing::kLinearIn;
+using mwms::testing::kLinearOut;
+using mwms::testing::kLinearSteps;
 
+// A linear model trained by every local replica on its rows; `device` selects the replicas'
+// device collectives (the fake's "device" memory is the same host vectors). Returns every
+// replica's final weights.
 std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strategy, bool device) {
   return mwms::testing::train_replica_model(strategy, device);
 }
@@ -84,8 +83,8 @@ TEST_CASE("GPU replicas over the fake NCCL: K communicators, devices, and the sa
       CHECK(gpu[static_cast<std::size_t>(r)] == gpu[0]);
     }
     // The broadcast and every step: one NCCL group each, every replica's buffer in it.
-    CHECK(world.groups == 2 + kSteps);
-    CHECK(world.comms[0]->enqueued == 1 + kSteps);
+    CHECK(world.groups == 2 + kLinearSteps);
+    CHECK(world.comms[0]->enqueued == 1 + kLinearSteps);
     // kMean: summed by NCCL, divided on every replica's device by num_replicas_in_sync.
     std::vector<std::vector<double>> m(static_cast<std::size_t>(k), std::vector<double>(3));
     strategy.run([&](const ReplicaContext& ctx) {
@@ -104,26 +103,14 @@ TEST_CASE("GPU replicas over the fake NCCL: a failing replica fails its siblings
   FakeNcclScope fake;
   auto strategy = make(3, mwms::ReplicaDevice::kGpu, 60);
   std::vector<std::vector<float>> g(3, std::vector<float>(10, 1.0f));
-  std::mutex mu;
-  std::vector<std::string> others;
-  try {
-    strategy.run([&](const ReplicaContext& ctx) {
-      auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
-      if (ctx.local_replica_id == 2) throw std::runtime_error("replica two's kernel failed");
-      try {
+  const std::vector<std::string> others = mwms::testing::run_with_failing_replica(
+      strategy,
+      [&](const ReplicaContext& ctx) {
+        auto& mine = g[static_cast<std::size_t>(ctx.local_replica_id)];
+        if (ctx.local_replica_id == 2) throw std::runtime_error("replica two's kernel failed");
         ctx.all_reduce(ReduceOp::kSum, {{mine.data(), mine.size()}}, mwms::DeviceStream{});
-      } catch (const mwms::ReplicaError& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        others.push_back(e.what());
-        throw;
-      }
-    });
-    FAIL("run() did not rethrow");
-  } catch (const mwms::ReplicaError& e) {
-    FAIL("a sibling's ReplicaError instead of the root: " << e.what());
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "replica two's kernel failed");
-  }
+      },
+      "replica two's kernel failed");
   REQUIRE(others.size() == 2);
   for (const auto& what : others) {
     CHECK_THAT(what, Contains("local replica 2") && Contains("all_reduce (device)"));

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "mwms/mwms.h"
+#include "support/replicas.h"
 
 namespace {
 
@@ -25,11 +25,7 @@ using mwms::ReduceOp;
 using mwms::ReplicaContext;
 
 mwms::MultiWorkerMirroredStrategy make(int k, double timeout_seconds = 30) {
-  mwms::CommunicationOptions options;
-  options.timeout_seconds = timeout_seconds;
-  mwms::ReplicaOptions replicas;
-  replicas.local_replicas = k;
-  return mwms::MultiWorkerMirroredStrategy(mwms::ResolvedCluster{}, options, replicas);
+  return mwms::testing::make_replicas(k, mwms::ReplicaDevice::kCpu, timeout_seconds);
 }
 
 // Not exactly representable sums: a different order of the local reduce would change bits.
@@ -136,27 +132,15 @@ TEST_CASE("local replicas: broadcast_variables gives every replica replica 0's v
 TEST_CASE("local replicas: a replica that throws fails the others at once, naming it",
           "[unit][strategy]") {
   auto strategy = make(3, /*timeout_seconds=*/60);
-  std::mutex mu;
-  std::vector<std::string> others;
   const auto start = std::chrono::steady_clock::now();
-  try {
-    strategy.run([&](const ReplicaContext& ctx) {
-      std::vector<float> g(100, 1.0f);
-      if (ctx.local_replica_id == 1) throw std::runtime_error("replica one's own failure");
-      try {
+  const std::vector<std::string> others = mwms::testing::run_with_failing_replica(
+      strategy,
+      [](const ReplicaContext& ctx) {
+        std::vector<float> g(100, 1.0f);
+        if (ctx.local_replica_id == 1) throw std::runtime_error("replica one's own failure");
         ctx.all_reduce(ReduceOp::kSum, {{g.data(), g.size()}});
-      } catch (const mwms::ReplicaError& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        others.push_back(e.what());
-        throw;
-      }
-    });
-    FAIL("run() did not rethrow");
-  } catch (const mwms::ReplicaError& e) {
-    FAIL("run() rethrew another replica's ReplicaError instead of the root: " << e.what());
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "replica one's own failure");
-  }
+      },
+      "replica one's own failure");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the deadline
   REQUIRE(others.size() == 2);
   for (const std::string& what : others) {
@@ -313,29 +297,17 @@ TEST_CASE("local replicas: a replica failing inside an overlapped step fails its
           "the next step works", "[unit][strategy]") {
   auto strategy = make(3, /*timeout_seconds=*/60);
   std::vector<std::vector<float>> g(3, std::vector<float>(5000, 1.0f)), h = g;
-  std::mutex mu;
-  std::vector<std::string> others;
   const auto start = std::chrono::steady_clock::now();
-  try {
-    strategy.run([&](const ReplicaContext& ctx) {
-      auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
-      ctx.gradient_ready(0);
-      if (r == 2) throw std::runtime_error("replica two broke mid-backprop");
-      try {
+  const std::vector<std::string> others = mwms::testing::run_with_failing_replica(
+      strategy,
+      [&](const ReplicaContext& ctx) {
+        auto r = static_cast<std::size_t>(ctx.local_replica_id);
+        ctx.begin_gradient_sync({{g[r].data(), g[r].size()}, {h[r].data(), h[r].size()}});
+        ctx.gradient_ready(0);
+        if (r == 2) throw std::runtime_error("replica two broke mid-backprop");
         ctx.finish_gradient_sync();
-      } catch (const mwms::ReplicaError& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        others.push_back(e.what());
-        throw;
-      }
-    });
-    FAIL("run() did not rethrow");
-  } catch (const mwms::ReplicaError& e) {
-    FAIL("run() rethrew a sibling's ReplicaError instead of the root: " << e.what());
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "replica two broke mid-backprop");
-  }
+      },
+      "replica two broke mid-backprop");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the deadline
   REQUIRE(others.size() == 2);
   for (const std::string& what : others) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,19 @@ Checkpoint sample(std::int64_t epochs) {
 std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// What read_checkpoint_file(path, params) throws as an E; fails the case when it accepts the
+// file (another exception type propagates and fails it too).
+template <typename E>
+E refusal(const std::string& path, std::size_t params = kParams) {
+  try {
+    mwms::train::read_checkpoint_file(path, params);
+  } catch (const E& e) {
+    return e;
+  }
+  FAIL("accepted " << path);
+  throw std::logic_error("unreachable");  // FAIL throws
 }
 
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
@@ -158,10 +172,8 @@ TEST_CASE("a truncated or overlong checkpoint is refused as such", "[unit][check
     std::vector<unsigned char> cut = good;
     cut.resize(len, 0);
     write_bytes(path, cut);
-    try {
-      mwms::train::read_checkpoint_file(path, kParams);
-      FAIL("accepted");
-    } catch (const CheckpointCorruptError& e) {
+    {
+      const CheckpointCorruptError e = refusal<CheckpointCorruptError>(path);
       CHECK(e.field() == "size");
       CHECK_THAT(std::string(e.what()), Contains(len > good.size() ? "overlong" : "truncated"));
     }
@@ -185,10 +197,8 @@ TEST_CASE("an epoch count of 4294967297 is refused, written or read", "[unit][ch
   std::vector<unsigned char> b = read_bytes(path);
   b[16 + 4] ^= 0x01;
   write_bytes(path, b);
-  try {
-    mwms::train::read_checkpoint_file(path, kParams);
-    FAIL("accepted");
-  } catch (const CheckpointCorruptError& e) {
+  {
+    const CheckpointCorruptError e = refusal<CheckpointCorruptError>(path);
     CHECK(e.field() == "epochs_completed");
     CHECK_THAT(std::string(e.what()), Contains("4294967297"));
   }
@@ -198,10 +208,8 @@ TEST_CASE("an epoch count of 4294967297 is refused, written or read", "[unit][ch
   put_u64(b, 32, 4294967297ull * 10);
   reseal_header(b);
   write_bytes(path, b);
-  try {
-    mwms::train::read_checkpoint_file(path, kParams);
-    FAIL("accepted");
-  } catch (const CheckpointCorruptError& e) {
+  {
+    const CheckpointCorruptError e = refusal<CheckpointCorruptError>(path);
     CHECK(e.field() == "epochs_completed");
     CHECK_THAT(std::string(e.what()), Contains("4294967297"));
   }
@@ -211,10 +219,8 @@ TEST_CASE("an epoch count of 4294967297 is refused, written or read", "[unit][ch
   put_u64(b, 32, 11);
   reseal_header(b);
   write_bytes(path, b);
-  try {
-    mwms::train::read_checkpoint_file(path, kParams);
-    FAIL("accepted");
-  } catch (const CheckpointCorruptError& e) {
+  {
+    const CheckpointCorruptError e = refusal<CheckpointCorruptError>(path);
     CHECK(e.field() == "global_step");
   }
 }
@@ -305,17 +311,13 @@ TEST_CASE("an old-format, foreign or other-model file gets a clear error", "[uni
     CHECK_THAT(std::string(e.what()), Contains(path));
   }
   write_bytes(path, std::vector<unsigned char>(200, 'x'));
-  try {
-    mwms::train::read_checkpoint_file(path, kParams);
-    FAIL("accepted");
-  } catch (const CheckpointFormatError& e) {
+  {
+    const CheckpointFormatError e = refusal<CheckpointFormatError>(path);
     CHECK(e.field() == "magic");
   }
   mwms::train::save_checkpoint(dir, sample(1));
-  try {
-    mwms::train::read_checkpoint_file(path, kParams + 1);
-    FAIL("accepted");
-  } catch (const CheckpointMismatchError& e) {
+  {
+    const CheckpointMismatchError e = refusal<CheckpointMismatchError>(path, kParams + 1);
     CHECK(e.field() == "param_count");
     CHECK_THAT(std::string(e.what()), Contains("1000 parameters"));
   }
