@@ -317,6 +317,25 @@ TEST_CASE("forcing an algorithm that does not apply is an InvalidArgument", "[un
   }
 }
 
+TEST_CASE("the selector takes one whole-buffer exchange for two ranks over MPI up to 2 MiB",
+          "[unit]") {
+  mc::SelectionInput in;
+  in.kind = mc::CollectiveKind::kAllReduce;
+  in.topology.world_size = 2;
+  in.topology.any_mpi = true;
+  mc::SelectorOptions opts;
+  in.bytes = std::size_t{2} << 20;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  in.bytes = (std::size_t{2} << 20) + 4;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::rabenseifner_all_reduce());
+  in.topology.world_size = 4;  // more ranks: rd's whole-buffer steps cost log2(n) buffers
+  in.bytes = std::size_t{1} << 20;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::rabenseifner_all_reduce());
+  in.topology.world_size = 2;  // not over MPI: the ring
+  in.topology.any_mpi = false;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::ring_all_reduce());
+}
+
 TEST_CASE("the selector takes the hierarchical all-reduce for large messages across hosts",
           "[unit]") {
   mc::SelectorOptions opts;
