@@ -8,11 +8,13 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "collective/transport/shm/shm_segment.h"
@@ -188,6 +190,45 @@ TEST_CASE("steady-state collectives over shm allocate nothing", "[shm][multiproc
   });
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) REQUIRE(r.exit_code == 0);
+}
+
+// Resident bytes of this process's mappings of shared-memory segments (/proc/self/smaps).
+std::size_t shm_resident_bytes() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_segment = false;
+  std::size_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') != std::string::npos && line.find(' ') != std::string::npos) {
+      in_segment = line.find("mwms-shm") != std::string::npos;  // a new mapping's first line
+    } else if (in_segment && line.rfind("Rss:", 0) == 0) {
+      kib += std::stoul(line.substr(4));
+    }
+  }
+  return kib * 1024;
+}
+
+TEST_CASE("the shm rings are mapped in at start-up, not page by page in the first collectives",
+          "[shm][multiproc]") {
+  // Note [shm prefault]: each rank's mappings hold its inbound ring from the peer and the ring
+  // it writes in the peer's segment, resident before the first collective touches them.
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int, const std::string& tf_config, auto report) {
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options());
+    report("resident " + std::to_string(shm_resident_bytes()));
+    comm->finalize();
+  });
+  INFO(mwms::testing::describe(results));
+  const std::size_t ring = std::size_t{1} << 20;  // MWMS_SHM_RING_BYTES' default
+  for (const ChildResult& r : results) {
+    REQUIRE(r.exit_code == 0);
+    const std::size_t at = r.output.find("resident ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stoull(r.output.substr(at + 9)) >= 2 * ring);
+  }
 }
 
 TEST_CASE("a peer killed mid all-reduce over shm is named by every survivor within a second",

@@ -123,6 +123,18 @@ bool parse_address(const std::string& text, Address* a) {
          parse_hex64(parts[3].substr(16), &a->nonce[1]);
 }
 
+// Note [shm prefault]: maps the pages of [p, p + bytes) (page aligned) into this process without
+// changing a byte; returns 0 or the errno of a failed allocation.
+int prefault(char* p, std::size_t bytes) {
+  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return 0;
+  if (errno != EINVAL) return errno;  // ENOMEM, EFAULT: the pages could not be allocated
+  // A kernel before 5.14: a read maps a page of a shared mapping (with its write permission).
+  for (std::size_t off = 0; off < bytes; off += kPage) {
+    (void)*static_cast<volatile char*>(p + off);
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::size_t shm_slot_bytes(std::size_t ring_bytes) noexcept {
@@ -284,7 +296,8 @@ void ShmSegment::reserve(const std::vector<int>& senders) {
   for (int sender : senders) {
     int rc = ::posix_fallocate(fd_, static_cast<off_t>(slot_offset(sender)),
                                static_cast<off_t>(shm_slot_bytes(ring_bytes_)));
-    if (rc == EOPNOTSUPP || rc == 0) continue;
+    if (rc == EOPNOTSUPP || rc == 0) rc = prefault(base_ + slot_offset(sender), shm_slot_bytes(ring_bytes_));
+    if (rc == 0) continue;
     throw BackendError("shared memory is too small: the rings need " + std::to_string(needed) +
                            " bytes (" + std::to_string(senders.size()) + " peers x " +
                            std::to_string(shm_slot_bytes(ring_bytes_)) +
