@@ -169,6 +169,7 @@ struct FakeNcclWorld {
   bool init_never_completes = false;
   int collective_result = collective::kNcclSuccess;  // what all_reduce & co. return
   int event_create_result = collective::kCudaSuccess;
+  int device_count = 0;  // > 0: set_device wraps local ranks modulo it, as the real one does
   FakeFaults faults;  // fail(): one entry of the table fails, as in the fake CUDA runtime
   std::string last_error = "fake: last error text";
   collective::NcclUniqueId made_id;  // what get_unique_id handed out last
@@ -188,6 +189,7 @@ struct FakeNcclWorld {
     init_never_completes = false;
     collective_result = collective::kNcclSuccess;
     event_create_result = collective::kCudaSuccess;
+    device_count = 0;
     faults.clear();
     aborts = destroys = groups = divisions = unique_ids = 0;
   }
@@ -518,7 +520,7 @@ inline const char* last_error(collective::NcclComm) { return world().last_error.
 inline int set_device(int local_rank, int* device) {
   std::lock_guard<std::mutex> lock(world().mutex);
   if (int e = world().injected("set_device")) return e;
-  *device = local_rank;
+  *device = world().device_count > 0 ? local_rank % world().device_count : local_rank;
   return collective::kCudaSuccess;
 }
 inline int event_create(collective::NcclEvent* event) {

@@ -156,6 +156,19 @@ NcclReplicaGroup::NcclReplicaGroup(const NcclApi& api, const NcclUniqueId& id,
                    nullptr, ctx);
       break;
     }
+    for (int q = 0; q < r && !device_error; ++q) {
+      if (devices_[static_cast<std::size_t>(q)] != device) continue;
+      // The device is picked modulo the host's device count: more replicas than devices wrap
+      // onto one GPU, which NCCL would refuse later as "Duplicate GPU detected".
+      device_error = std::make_exception_ptr(InvalidUsage(
+          replica_text(q) + " and " + replica_text(r) + " would share CUDA device " +
+              std::to_string(device) + " (asked for devices " +
+              std::to_string(o.devices.front()) + ".." + std::to_string(o.devices.back()) +
+              "): this host has fewer CUDA devices than its processes' GPU replicas; use at "
+              "most one replica per device (ReplicaOptions::local_replicas x processes per host)",
+          ctx));
+    }
+    if (device_error) break;
     devices_[static_cast<std::size_t>(r)] = device;
     NcclComm comm = nullptr;
     const int c = api.comm_init_rank(&comm, o.world_size, &id, o.first_rank + r);

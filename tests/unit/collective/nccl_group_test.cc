@@ -211,6 +211,24 @@ TEST_CASE("nccl replica group: an init that never completes times out and aborts
   CHECK_THROWS_AS(mc::NcclReplicaGroup(fake_nccl_api(), id, bad), mwms::InvalidArgument);
 }
 
+TEST_CASE("nccl replica group: more replicas than CUDA devices is an InvalidUsage, not NCCL's "
+          "duplicate GPU", "[unit][nccl][fault]") {
+  FakeNcclWorld::get().reset();
+  FakeNcclWorld::get().device_count = 2;  // set_device wraps local ranks modulo 2
+  mc::NcclUniqueId id;
+  fake_nccl_api().get_unique_id(&id);
+  try {
+    mc::NcclReplicaGroup group(fake_nccl_api(), id, group_options(0, 1, 3));
+    FAIL("three replicas on two devices were accepted");
+  } catch (const mwms::InvalidUsage& e) {
+    CHECK_THAT(std::string(e.what()),
+               Contains("local replica 0 and local replica 2 would share CUDA device 0") &&
+                   Contains("fewer CUDA devices"));
+  }
+  CHECK(FakeNcclWorld::get().groups == 1);  // the group was closed
+  FakeNcclWorld::get().reset();
+}
+
 TEST_CASE("nccl replica group: a failing NCCL call names the replica, an invalid argument leaves "
           "the group usable", "[unit][nccl]") {
   FakeNcclWorld::get().reset();
