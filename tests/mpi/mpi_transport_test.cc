@@ -114,7 +114,7 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
 
 TEST_CASE("the MPI transport carries every collective", "[mpi]") {
   REQUIRE(mwms::bootstrap::launched_by_mpi());
-  // The default selection (small all-reduces gathered) with the default 4 MiB MPI pieces; then
+  // The default selection (small all-reduces gathered) with the default 8 MiB MPI pieces; then
   // rings (and pipelines) only, with an explicit 64 KiB chunk, so that the 4 MB messages go in
   // dozens of pieces and wrap the staging ring (Note [mpi staging]) many times.
   const std::pair<long long, std::size_t> configs[] = {{-1, 0}, {0, 65536}};
@@ -123,8 +123,9 @@ TEST_CASE("the MPI transport carries every collective", "[mpi]") {
     INFO("world size " << comm->world_size() << ", small_message_bytes " << small
                        << ", chunk_bytes " << chunk);
     REQUIRE(comm->describe().find("mpi") != std::string::npos);
-    // 48 MiB: more 4 MiB pieces per message than the staging ring has slots, at every n <= 4.
-    if (chunk == 0) check_all_reduce(*comm, DataType::kFloat32, ReduceOp::kSum, 12u << 20);
+    // 80 MiB: more 8 MiB pieces per message (a ring block: 80 MiB / n) than the staging ring's
+    // 2 slots, at every n <= 4.
+    if (chunk == 0) check_all_reduce(*comm, DataType::kFloat32, ReduceOp::kSum, 20u << 20);
     for (DataType t : kTypes) {
       for (ReduceOp op : kOps) {
         for (std::size_t count : kCounts) {

@@ -21,11 +21,13 @@ constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
 // to send, the receiver's single copy inside MPI_Test, a fin back), tens of microseconds here
 // with CMA, where our shm ring pays nothing per chunk. So unless MWMS_CHUNK_BYTES (or
 // CommunicatorOptions::chunk_bytes) is set, MPI links cut payloads into pieces of at least
-// 4 MiB while the plan keeps its 256 KiB reduce granularity: on the 2-core bench host
+// 8 MiB while the plan keeps its 256 KiB reduce granularity: on the 2-core bench host
 // (bench/all_reduce_perf --backend mpi --compare mpi, n = 2, 16-64 MiB) 256 KiB pieces ran at
-// 0.5-0.7x MPI_Allreduce and 4 MiB pieces at 0.9-1.1x. A sender then posts a piece once the
-// plan made all of it final, so a ring's forwarding overlaps in pieces, not chunks.
-constexpr std::size_t kDefaultPieceBytes = std::size_t{4} << 20;
+// 0.5-0.7x MPI_Allreduce and 4 MiB pieces at 0.9-1.1x; with interleaved timing (3 runs each)
+// 4 MiB pieces gave 0.86-0.89x at 256 MiB and 8 MiB pieces 0.97-1.26x, the same at 4-64 MiB
+// (0.95-1.4x). A sender then posts a piece once the plan made all of it final, so a ring's
+// forwarding overlaps in pieces, not chunks.
+constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
 
 ErrorContext setup_context(const ConnectContext& ctx, int peer) {
   ErrorContext c;
