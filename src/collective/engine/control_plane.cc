@@ -145,8 +145,27 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   std::string reason(std::min<std::uint64_t>(payload, kMaxAbortReasonBytes), '\0');
   common::read_exact(fd, reason.data(), reason.size(), common::deadline_after(1.0));
   int failed = h.root >= 0 && h.root < static_cast<int>(links_.size()) ? h.root : peer;
-  // The failing rank told every rank itself (full mesh): nothing to relay.
-  abort_sent_.store(true);
+  // Note [abort relay]: the failing rank tells every rank itself (full mesh), but one frame at a
+  // time: a rank that reads it first may fail its collective and exit, closing its links, before
+  // the failing rank's frame has reached a third rank (descheduled between two writes, on 2
+  // cores), and that rank would then blame the closed link ("rank 0 closed the connection")
+  // instead of the cause. So the first abort a rank reads is forwarded at once, unchanged, to
+  // every other open peer, before this rank can close anything: on each control link the
+  // forwarded frame is ahead of this rank's close, and drain() reads it first. One relay per
+  // rank and communicator (abort_sent_), so a failure costs at most n^2 small frames.
+  if (!abort_sent_.exchange(true)) {
+    h.payload_bytes = reason.size();
+    std::lock_guard<std::mutex> lock(writer_);
+    common::Deadline d = common::deadline_after(0.5);
+    for (std::size_t p = 0; p < links_.size(); ++p) {
+      const int q = static_cast<int>(p);
+      if (q == peer || q == failed || q == rank_ || closed(q)) continue;
+      int out = links_[p].fd();
+      if (common::write_exact(out, &h, kHeader, d).status == common::IoStatus::kOk) {
+        common::write_exact(out, reason.data(), reason.size(), d);
+      }
+    }
+  }
   std::string text = "rank " + std::to_string(failed) + " failed: " + reason;
   if (failed == rank_) {
     // e.g. a rank that was stopped and resumed: the others timed out naming it.
