@@ -1,8 +1,12 @@
 #include "common/options.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -157,6 +161,18 @@ void check_mpi_backend(const std::string& backend, std::string_view program) {
   }
 }
 
+// --json FILE whose directory does not exist or cannot be written: refused before a sweep runs
+// for minutes and only then fails to write it. @throws InvalidArgument.
+void check_json_path(const std::string& path) {
+  if (path.empty()) return;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw InvalidArgument("--json " + path + ": cannot write in " + dir + " (" +
+                          std::strerror(errno) + ")");
+  }
+}
+
 }  // namespace
 
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
@@ -220,6 +236,7 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_vie
     }
     validate(o);
     check_mpi_backend(o.backend, program);
+    check_json_path(o.json_path);
   } catch (const CLI::ParseError& e) {
     *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;
@@ -274,6 +291,7 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
     if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
     if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
     check_mpi_backend(o.backend, program);
+    check_json_path(o.json_path);
   } catch (const CLI::ParseError& e) {
     *exit_status = parse_error_exit(app, e, program, print);
     return std::nullopt;

@@ -59,7 +59,8 @@ std::vector<TransportKind> choose_transports(int rank,
       if (p.blobs.count("mpi") == 0 || me.blobs.count("mpi") == 0) {
         throw BootstrapError("MWMS_TRANSPORT=mpi, but rank " +
                              std::to_string(me.blobs.count("mpi") == 0 ? rank : p.rank) +
-                             " has no MPI (start every rank with mpirun, from a build with MPI)");
+                             " has no MPI link: it was not started by an MPI launcher (mpirun, "
+                             "srun --mpi) whose world is this cluster, or its build has no MPI");
       }
       k = TransportKind::kMpi;
     } else if (mine == "shm") {
