@@ -25,6 +25,7 @@
 ///   auto work = comm->all_reduce(grad, n, mwms::DataType::kFloat32, mwms::ReduceOp::kMean,
 ///                                mwms::DeviceStream{stream});
 ///   work->wait();  // or order later work on `stream` after it and wait once per step
+///   comm->finalize();  // every rank, after its last collective
 /// @endcode
 #pragma once
 
@@ -79,7 +80,8 @@ class MWMS_API DeviceCommunicator {
 
   /// Waits for the last collective (bounded by its deadline), then finalizes and destroys the
   /// NCCL communicator (aborted if that does not complete in time), or frees the staging buffer
-  /// and closes the engine's links (host-staged). Never throws.
+  /// and closes the engine's links (host-staged); after finalize() only frees what is left.
+  /// Never throws.
   virtual ~DeviceCommunicator();
 
   /// This process's rank, in [0, world_size()).
@@ -121,6 +123,28 @@ class MWMS_API DeviceCommunicator {
   /// @throws InvalidArgument (root out of range) and as all_reduce().
   virtual std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype,
                                           int root, DeviceStream stream = {}) = 0;
+
+  /// Returns once every rank has called barrier() and the work enqueued on `stream` before it
+  /// has completed on the device (as torch.distributed's barrier on NCCL: NCCL has none, so the
+  /// NCCL backend all-reduces one element of a 4-byte device scratch buffer, allocated on first
+  /// use, and waits for it; host-staged: waits for the stream, then the engine's barrier).
+  /// Blocking, under the collective deadline (CommunicatorOptions::timeout_seconds); collective.
+  /// @throws TimeoutError (a rank never arrived: NCCL's communicator is then aborted),
+  ///   PeerError, InvalidUsage (poisoned or finalized), BackendError (CUDA/NCCL failed).
+  virtual void barrier(DeviceStream stream = {}) = 0;
+
+  /// Orderly shutdown; collective: every rank calls it after its last collective. Waits for the
+  /// last collective (its error is thrown), then NCCL: ncclCommFinalize, polled until NCCL
+  /// reports every rank finalized, and ncclCommDestroy; host-staged: Communicator::finalize of
+  /// the engine (a barrier, then peers learn this rank finalized). Bounded by the collective
+  /// timeout: a rank that never finalizes makes the others' finalize throw TimeoutError (NCCL:
+  /// after aborting its communicator). Afterwards every collective throws InvalidUsage
+  /// ("finalized"); a second call does nothing; the destructor then frees what is left without
+  /// waiting for peers. Unlike Communicator, a peer that calls a collective after an NCCL rank
+  /// finalized is not told so: NCCL has no such notice, and the peer's collective times out.
+  /// Blocking; one thread at a time, like every collective.
+  /// @throws InvalidUsage (poisoned), TimeoutError, PeerError, BackendError.
+  virtual void finalize() = 0;
 
   /// One line naming the backend chosen: "nccl (device D, world size N)" or
   /// "host-staged (device D, world size N): <the engine's transports and algorithms>".

@@ -95,6 +95,9 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
     return backend_->launch(&c, 1, stream.handle);
   }
 
+  void barrier(DeviceStream stream) override { backend_->barrier(stream.handle); }
+  void finalize() override { backend_->finalize(); }
+
   std::string describe() const override { return backend_->describe(); }
   void abort(const std::string& reason) noexcept override { backend_->abort(reason); }
 

@@ -93,5 +93,8 @@ TEST_CASE("DeviceCommunicator::create for a world of one", "[cuda][nccl]") {
   mwms::DeviceTensor t{d, 10};
   comm->all_reduce_bucket(&t, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
   CHECK(comm->describe().find("nccl (device 0, world size 1)") == 0);
+  comm->barrier();  // Note [nccl barrier]: one element of its own device buffer
+  comm->finalize();
+  CHECK_THROWS_AS(comm->all_reduce(d, 1, DataType::kFloat32, ReduceOp::kSum), mwms::InvalidUsage);
   cudaFree(d);
 }

@@ -208,6 +208,8 @@ int main(int argc, char** argv) {
     cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
     const int failures = every_collective(*comm, stream);
     timed(*comm, stream);
+    comm->barrier(mwms::DeviceStream{stream});
+    comm->finalize();
     cudaStreamDestroy(stream);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -458,6 +460,54 @@ TEST_CASE("host-staged: an injected CUDA error is a BackendError naming the call
       CHECK(r.output.find("BackendError " + std::to_string(inj.code) + " " + inj.call) != std::string::npos);
       CHECK(r.output.find("CUDA error " + std::to_string(inj.code)) != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("host-staged: barrier waits for every rank, finalize ends the communicator",
+          "[tcp][multiproc][staged]") {
+  // Rank 2 arrives late and leaves a mark just before its barrier: a rank whose barrier returned
+  // must see the mark (no clock involved).
+  char dir[] = "/tmp/mwms-staged-barrier-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string mark = std::string(dir) + "/rank2-arrived";
+  auto results = launch(3, 60, [&](int rank, const std::string& tf_config, const auto& report) {
+    auto comm = staged_communicator(tf_config, 10);
+    auto* d = static_cast<float*>(FakeCudaRuntime::get().device_malloc(64 * sizeof(float)));
+    if (rank == 2) {
+      ::usleep(300 * 1000);
+      std::FILE* f = std::fopen(mark.c_str(), "w");
+      if (f != nullptr) std::fclose(f);
+    }
+    comm->barrier();
+    report(::access(mark.c_str(), F_OK) == 0 ? "mark seen; " : "barrier returned early; ");
+    for (int i = 0; i < 64; ++i) d[i] = static_cast<float>(rank + i);
+    comm->all_reduce(d, 64, DataType::kFloat32, ReduceOp::kSum)->wait();
+    report(d[5] == 3 * 5 + 3.0f ? "sum right; " : "sum " + std::to_string(d[5]) + "; ");
+    comm->finalize();
+    comm->finalize();  // a second call does nothing
+    try {
+      comm->all_reduce(d, 64, DataType::kFloat32, ReduceOp::kSum);
+      report("collective after finalize accepted");
+    } catch (const mwms::InvalidUsage& e) {
+      report(std::string("InvalidUsage: ") + e.what());
+    }
+    try {
+      comm->barrier();
+      report("; barrier after finalize accepted");
+    } catch (const mwms::InvalidUsage& e) {
+      report("; barrier refused");
+    }
+  });
+  std::remove(mark.c_str());
+  ::rmdir(dir);
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.rfind("mark seen; ", 0) == 0);
+    CHECK(r.output.find("sum right; ") != std::string::npos);
+    CHECK(r.output.find("InvalidUsage: ") != std::string::npos);
+    CHECK(r.output.find("was finalized") != std::string::npos);
+    CHECK(r.output.find("; barrier refused") != std::string::npos);
   }
 }
 

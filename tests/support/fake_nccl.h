@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -39,6 +40,7 @@ struct FakeNcclComm {
   int world_size = 1;
   collective::NcclUniqueId id;
   int init_polls_left = 0;   // comm_get_async_error answers kNcclInProgress this many times
+  int finalize_polls_left = 0;  // the same after comm_finalize
   int async_error = collective::kNcclSuccess;
   bool aborted = false;
   bool destroyed = false;
@@ -166,6 +168,7 @@ struct FakeNcclWorld {
   std::mutex mutex;
   std::vector<std::unique_ptr<FakeNcclComm>> comms;
   int init_polls = 2;             // in-progress answers before init completes
+  int finalize_polls = 2;         // and before a finalize completes (1 << 30: never)
   bool init_never_completes = false;
   int collective_result = collective::kNcclSuccess;  // what all_reduce & co. return
   int event_create_result = collective::kCudaSuccess;
@@ -174,6 +177,8 @@ struct FakeNcclWorld {
   std::string last_error = "fake: last error text";
   collective::NcclUniqueId made_id;  // what get_unique_id handed out last
   std::atomic<int> aborts{0}, destroys{0}, groups{0}, divisions{0}, unique_ids{0};
+  std::atomic<int> device_allocations{0};  // malloc_device minus free_device
+  std::atomic<int> finalizes{0};
   // Set by FakeNcclProcesses: the ranks of the world span processes through this mapping (Note
   // [fake nccl across processes]); null: every rank is a thread of this process.
   FakeNcclShared* shared = nullptr;
@@ -186,12 +191,14 @@ struct FakeNcclWorld {
     std::lock_guard<std::mutex> lock(mutex);
     comms.clear();
     init_polls = 2;
+    finalize_polls = 2;
     init_never_completes = false;
     collective_result = collective::kNcclSuccess;
     event_create_result = collective::kCudaSuccess;
     device_count = 0;
     faults.clear();
     aborts = destroys = groups = divisions = unique_ids = 0;
+    device_allocations = finalizes = 0;
   }
   /// Makes the table's entry `entry` ("comm_init_rank", "all_reduce", "event_query", ...) return
   /// `code` after `skip` more successful calls, then always.
@@ -419,6 +426,11 @@ inline int comm_get_async_error(collective::NcclComm comm, int* async_error) {
   FakeNcclComm* c = as_comm(comm);
   bool init_pending = c->init_polls_left > 0;
   if (init_pending) --c->init_polls_left;
+  if (c->finalize_polls_left > 0) {
+    --c->finalize_polls_left;
+    *async_error = collective::kNcclInProgress;
+    return collective::kNcclSuccess;
+  }
   if (FakeNcclShared* s = world().shared) {
     world().progress();
     FakeNcclSharedLock shared_lock(*s);
@@ -439,7 +451,13 @@ inline int comm_abort(collective::NcclComm comm) {
   return collective::kNcclSuccess;
 }
 
-inline int comm_finalize(collective::NcclComm) { return collective::kNcclSuccess; }
+inline int comm_finalize(collective::NcclComm comm) {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("comm_finalize")) return e;
+  as_comm(comm)->finalize_polls_left = world().finalize_polls;
+  ++world().finalizes;
+  return collective::kNcclInProgress;  // non-blocking: done once comm_get_async_error says so
+}
 
 inline int comm_destroy(collective::NcclComm comm) {
   std::lock_guard<std::mutex> lock(world().mutex);
@@ -549,6 +567,20 @@ inline int event_destroy(collective::NcclEvent event) {
   delete static_cast<FakeNcclEvent*>(event);
   return collective::kCudaSuccess;
 }
+// "Device memory" is zeroed host memory.
+inline int malloc_device(void** ptr, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (int e = world().injected("malloc_device")) return e;
+  *ptr = std::calloc(bytes == 0 ? 1 : bytes, 1);
+  ++world().device_allocations;
+  return *ptr != nullptr ? collective::kCudaSuccess : 2;  // cudaErrorMemoryAllocation
+}
+inline int free_device(void* ptr) {
+  std::lock_guard<std::mutex> lock(world().mutex);
+  if (ptr != nullptr) --world().device_allocations;
+  std::free(ptr);
+  return collective::kCudaSuccess;
+}
 inline int scale_divide(void* buffer, std::size_t count, DataType dtype, int divisor, void*) {
   std::lock_guard<std::mutex> lock(world().mutex);
   if (int e = world().injected("scale_divide")) return e;
@@ -583,6 +615,8 @@ inline const collective::NcclApi& fake_nccl_api() {
     a.event_record = fake_nccl::event_record;
     a.event_query = fake_nccl::event_query;
     a.event_destroy = fake_nccl::event_destroy;
+    a.malloc_device = fake_nccl::malloc_device;
+    a.free_device = fake_nccl::free_device;
     a.scale_divide = fake_nccl::scale_divide;
     a.cuda_error_string = fake_cuda_error_string;
     return a;

@@ -116,6 +116,13 @@ class DeviceBackend {
   /// memory. @throws as DeviceCommunicator's collectives.
   virtual std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls,
                                        void* stream) = 0;
+  /// Returns once every rank entered the barrier and the work enqueued on `stream` before it
+  /// completed (DeviceCommunicator::barrier). Blocking, under the collective's deadline.
+  /// @throws as launch().
+  virtual void barrier(void* stream) = 0;
+  /// Orderly collective shutdown (DeviceCommunicator::finalize); a second call does nothing.
+  /// Blocking, bounded by the collective timeout. @throws as DeviceCommunicator::finalize.
+  virtual void finalize() = 0;
   /// Stops the backend and poisons it with `reason`. Never throws.
   virtual void abort(const std::string& reason) noexcept = 0;
   /// The CUDA device this rank uses.

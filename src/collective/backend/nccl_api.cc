@@ -133,6 +133,10 @@ int event_query(NcclEvent event) { return cudaEventQuery(static_cast<cudaEvent_t
 
 int event_destroy(NcclEvent event) { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
+int malloc_device(void** ptr, std::size_t bytes) { return cudaMalloc(ptr, bytes); }
+
+int free_device(void* ptr) { return cudaFree(ptr); }
+
 int scale_divide(void* buffer, std::size_t count, DataType dtype, int divisor, void* stream) {
   return kernels::cuda::scale_divide(buffer, count, dtype, divisor, stream);
 }
@@ -163,6 +167,8 @@ NcclApi make_real() {
   api.event_record = event_record;
   api.event_query = event_query;
   api.event_destroy = event_destroy;
+  api.malloc_device = malloc_device;
+  api.free_device = free_device;
   api.scale_divide = scale_divide;
   api.cuda_error_string = cuda_error_string;
   return api;

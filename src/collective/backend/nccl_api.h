@@ -72,6 +72,9 @@ struct NcclApi {
   int (*event_record)(NcclEvent event, void* stream) = nullptr;
   int (*event_query)(NcclEvent event) = nullptr;            ///< 0 done, kCudaErrorNotReady pending
   int (*event_destroy)(NcclEvent event) = nullptr;
+  /// cudaMalloc(ptr, bytes) on the current device (the barrier's one-element scratch buffer).
+  int (*malloc_device)(void** ptr, std::size_t bytes) = nullptr;
+  int (*free_device)(void* ptr) = nullptr;                  ///< cudaFree
   /// The mean's division on the device (kernels/cuda: the CPU path's bits), enqueued on stream.
   int (*scale_divide)(void* buffer, std::size_t count, DataType dtype, int divisor,
                       void* stream) = nullptr;

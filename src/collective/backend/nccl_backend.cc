@@ -63,6 +63,69 @@ class NcclWork final : public PolledDeviceWork {
   Deadline deadline_;
 };
 
+// ncclCommFinalize, polled until NCCL reports it done (every rank finalized) or `deadline`, then
+// ncclCommDestroy; on failure ncclCommAbort instead. Caller holds s.mutex; the communicator is
+// gone afterwards either way (s.destroyed or s.aborted set). Returns nullptr or the error (the
+// TimeoutError or NCCL's). Never throws.
+std::exception_ptr finalize_and_destroy(NcclShared& s, Deadline deadline, double limit,
+                                        const ErrorContext& ctx) noexcept {
+  const NcclApi& api = *s.api;
+  s.destroyed = true;  // no one asks NCCL about this communicator from now on
+  int r = api.comm_finalize(s.comm);
+  std::exception_ptr error;
+  if (r != kNcclSuccess && r != kNcclInProgress) {
+    error = to_error(api, NativeSource::kNccl, r, "ncclCommFinalize", s.comm, ctx);
+  } else {
+    Backoff backoff;
+    int async = kNcclInProgress;
+    while (!error) {
+      r = api.comm_get_async_error(s.comm, &async);
+      if (r != kNcclSuccess) {
+        error = to_error(api, NativeSource::kNccl, r, "ncclCommGetAsyncError (finalize)", s.comm, ctx);
+      } else if (async == kNcclSuccess) {
+        break;
+      } else if (async != kNcclInProgress) {
+        error = to_error(api, NativeSource::kNccl, async, "ncclCommFinalize", s.comm, ctx);
+      } else if (Clock::now() > deadline) {
+        ErrorContext t = ctx;
+        t.timeout_seconds = limit;
+        try {
+          error = std::make_exception_ptr(TimeoutError(
+              "ncclCommFinalize did not complete within " + seconds_text(limit) +
+                  ": a rank has not finalized (every rank must call finalize) or is dead; the "
+                  "NCCL communicator was aborted",
+              t));
+        } catch (...) {
+          error = std::current_exception();  // std::bad_alloc
+        }
+      } else {
+        backoff.pause();
+      }
+    }
+    if (!error) {
+      r = api.comm_destroy(s.comm);
+      if (r == kNcclSuccess) return nullptr;
+      error = to_error(api, NativeSource::kNccl, r, "ncclCommDestroy", s.comm, ctx);
+    }
+  }
+  s.aborted = true;
+  const int a = api.comm_abort(s.comm);
+  if (a != kNcclSuccess) {
+    MWMS_LOG_WARN(kColl, "ncclCommAbort returned " << a << " (" << or_empty(api.error_string(a)) << ")");
+  }
+  return error;
+}
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 }  // namespace
 
 const char* to_string(DeviceCollective kind) noexcept {
@@ -180,25 +243,89 @@ NcclBackend::~NcclBackend() {
       MWMS_LOG_WARN(kColl, "nccl: the last collective failed at shutdown: " << e.what());
     }
   }
+  free_scratch();
   NcclShared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.aborted || s.comm == nullptr) return;  // ncclCommAbort freed the communicator
-  s.destroyed = true;
-  const NcclApi& api = *s.api;
-  int r = api.comm_finalize(s.comm);
-  const Deadline deadline = common::deadline_after(s.options.timeout_seconds);
-  Backoff backoff;
-  int async = r == kNcclSuccess || r == kNcclInProgress ? kNcclInProgress : r;
-  while (async == kNcclInProgress && Clock::now() < deadline) {
-    if (api.comm_get_async_error(s.comm, &async) != kNcclSuccess) break;
-    if (async == kNcclInProgress) backoff.pause();
+  // ncclCommAbort freed the communicator, or finalize() destroyed it.
+  if (s.aborted || s.destroyed || s.comm == nullptr) return;
+  const double limit = s.options.timeout_seconds;
+  if (std::exception_ptr e = finalize_and_destroy(s, common::deadline_after(limit), limit,
+                                                  context("finalize", static_cast<std::int64_t>(seq_)))) {
+    MWMS_LOG_WARN(kColl, "nccl: finalize at shutdown failed, the communicator was aborted: "
+                             << what_of(e));
   }
-  if (async == kNcclSuccess) {
-    r = api.comm_destroy(s.comm);
-    if (r == kNcclSuccess) return;
+}
+
+void NcclBackend::free_scratch() noexcept {
+  if (scratch_ == nullptr) return;
+  int device = -1;
+  shared_->api->set_device(shared_->options.local_rank, &device);  // cudaFree on our device
+  const int r = shared_->api->free_device(scratch_);
+  if (r != kCudaSuccess) {
+    MWMS_LOG_WARN(kColl, "nccl: cudaFree of the barrier buffer returned "
+                             << r << " (" << or_empty(shared_->api->cuda_error_string(r)) << ")");
   }
-  MWMS_LOG_WARN(kColl, "nccl: finalize did not complete (status " << async << "); aborting");
-  api.comm_abort(s.comm);
+  scratch_ = nullptr;
+}
+
+void NcclBackend::throw_if_unusable(const ErrorContext& ctx) const {
+  std::exception_ptr cause;
+  bool finalized = false;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    cause = shared_->poison;
+    finalized = shared_->finalized;
+  }
+  if (finalized) {
+    throw InvalidUsage("the NCCL communicator was finalized (DeviceCommunicator::finalize); no "
+                       "collective can follow",
+                       ctx);
+  }
+  if (cause) {
+    throw InvalidUsage("the NCCL communicator is poisoned by an earlier failure: " + what_of(cause),
+                       ctx);
+  }
+}
+
+void NcclBackend::barrier(void* stream) {
+  const ErrorContext ctx = context("barrier", static_cast<std::int64_t>(seq_));
+  throw_if_unusable(ctx);
+  if (scratch_ == nullptr) {  // Note [nccl barrier]
+    const NcclApi& api = *shared_->api;
+    int device = -1;
+    check(NativeSource::kCuda, api.set_device(shared_->options.local_rank, &device), "cudaSetDevice",
+          ctx);
+    const int r = api.malloc_device(&scratch_, sizeof(std::int32_t));
+    if (r != kCudaSuccess) {
+      scratch_ = nullptr;
+      std::rethrow_exception(
+          to_error(api, NativeSource::kCuda, r, "cudaMalloc (the barrier's 4 bytes)", nullptr, ctx));
+    }
+  }
+  const DeviceCall call{DeviceCollective::kAllReduce, scratch_, scratch_, 1, DataType::kInt32,
+                        ReduceOp::kMax, 0};
+  launch_as("barrier", &call, 1, stream)->wait();
+}
+
+void NcclBackend::finalize() {
+  const ErrorContext ctx = context("finalize", static_cast<std::int64_t>(seq_));
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->finalized) return;
+  }
+  throw_if_unusable(ctx);
+  if (std::shared_ptr<Work> last = last_.lock()) last->wait();  // its error poisoned us
+  free_scratch();
+  NcclShared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.poison) std::rethrow_exception(s.poison);  // another thread's failure meanwhile
+  const double limit = s.options.timeout_seconds;
+  if (std::exception_ptr e = finalize_and_destroy(s, common::deadline_after(limit), limit, ctx)) {
+    if (!s.poison) s.poison = e;
+    std::rethrow_exception(e);
+  }
+  s.finalized = true;
+  MWMS_LOG_DEBUG(kColl, "nccl: communicator finalized after " << seq_ << " launch(es)");
 }
 
 ErrorContext NcclBackend::context(const char* op, std::int64_t seq) const {
@@ -249,19 +376,15 @@ void NcclBackend::wait_not_in_progress(const char* what, Deadline deadline,
 
 std::shared_ptr<Work> NcclBackend::launch(const DeviceCall* calls, std::size_t num_calls,
                                           void* stream) {
+  return launch_as(num_calls == 1 ? to_string(calls[0].kind) : "group", calls, num_calls, stream);
+}
+
+std::shared_ptr<Work> NcclBackend::launch_as(const char* op, const DeviceCall* calls,
+                                             std::size_t num_calls, void* stream) {
   const NcclApi& api = *shared_->api;
   const NcclBackendOptions& o = shared_->options;
-  const char* op = num_calls == 1 ? to_string(calls[0].kind) : "group";
   ErrorContext ctx = context(op, static_cast<std::int64_t>(seq_));
-  if (std::exception_ptr cause = shared_->failure()) {
-    std::string why = "the NCCL communicator is poisoned";
-    try {
-      std::rethrow_exception(cause);
-    } catch (const std::exception& e) {
-      why += " by an earlier failure: " + std::string(e.what());
-    }
-    throw InvalidUsage(why, ctx);
-  }
+  throw_if_unusable(ctx);
   for (std::size_t i = 0; i < num_calls; ++i) {
     const DeviceCall& c = calls[i];
     if (c.count > 0 && (c.recv == nullptr || (c.kind != DeviceCollective::kBroadcast && c.send == nullptr))) {

@@ -63,6 +63,7 @@ struct NcclShared {
   std::exception_ptr poison;  // set once: the first failure
   bool aborted = false;
   bool destroyed = false;
+  bool finalized = false;  // destroyed by NcclBackend::finalize (not by a failure)
 
   /// Records `cause` as the poison (first one wins) and calls comm_abort once. Never throws.
   void fail(std::exception_ptr cause) noexcept;
@@ -86,7 +87,8 @@ class NcclBackend final : public DeviceBackend {
   /// communicator was aborted), PeerError, BackendError (NCCL/CUDA failures with their codes).
   NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackendOptions options);
   /// Waits (bounded by each one's deadline) for the collectives still running, then finalizes and
-  /// destroys the communicator (bounded by timeout_seconds; aborted past it). Never throws.
+  /// destroys the communicator (bounded by timeout_seconds; aborted past it), unless finalize()
+  /// did already. Frees the barrier's scratch buffer. Never throws.
   ~NcclBackend() override;
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
@@ -101,6 +103,21 @@ class NcclBackend final : public DeviceBackend {
   std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls,
                                void* stream) override;
 
+  /// Note [nccl barrier]: NCCL has no barrier; as torch.distributed's barrier on NCCL does, this
+  /// all-reduces one element (int32 max: no overflow whatever the scratch holds) of a device
+  /// scratch buffer (cudaMalloc'd on first use, 4 bytes, freed by the destructor) on `stream`
+  /// and waits for it under the collective's deadline. Its completion means every rank enqueued
+  /// it and everything before it on `stream` ran. A rank that never arrives: TimeoutError and
+  /// abort, as any collective. @throws as launch(), and BackendError (cudaMalloc failed: not
+  /// poisoned).
+  void barrier(void* stream) override;
+  /// Waits for the latest launch's Work (its errors are thrown, the backend poisoned), then
+  /// ncclCommFinalize (non-blocking: polled until NCCL reports the communicator globally
+  /// quiescent, i.e. every rank finalized, for at most timeout_seconds) and ncclCommDestroy.
+  /// Later launches throw InvalidUsage ("finalized"); a second call does nothing.
+  /// @throws InvalidUsage (poisoned before), the last collective's error, TimeoutError (a rank
+  ///   never finalized in time: the communicator was aborted), PeerError/BackendError (NCCL's).
+  void finalize() override;
   /// Aborts the NCCL communicator and poisons the backend with `reason`. Never throws.
   void abort(const std::string& reason) noexcept override;
 
@@ -113,6 +130,13 @@ class NcclBackend final : public DeviceBackend {
 
  private:
   ErrorContext context(const char* op, std::int64_t seq) const;
+  /// Throws InvalidUsage when the backend is poisoned or finalized.
+  void throw_if_unusable(const ErrorContext& ctx) const;
+  /// launch() with `op` naming the collective in its errors.
+  std::shared_ptr<Work> launch_as(const char* op, const DeviceCall* calls, std::size_t num_calls,
+                                  void* stream);
+  /// Frees the barrier's scratch buffer, if any. Never throws.
+  void free_scratch() noexcept;
   void check(NativeSource source, int code, const char* call, const ErrorContext& ctx);
   /// Polls comm_get_async_error until it is not kNcclInProgress, before `deadline`.
   void wait_not_in_progress(const char* what, common::Deadline deadline, const ErrorContext& ctx);
@@ -121,6 +145,7 @@ class NcclBackend final : public DeviceBackend {
   int device_ = -1;
   std::uint64_t seq_ = 0;
   std::weak_ptr<Work> last_;  // the latest launch's Work (the destructor waits for it)
+  void* scratch_ = nullptr;   // device memory: the barrier's element (Note [nccl barrier])
 };
 
 }  // namespace mwms::collective

@@ -341,10 +341,7 @@ std::shared_ptr<Work> StagedBackend::launch(const DeviceCall* calls, std::size_t
                                             void* stream) {
   const char* op = num_calls == 1 ? to_string(calls[0].kind) : "bucket";
   ErrorContext ctx = context(op);
-  if (std::exception_ptr cause = shared_->failure()) {
-    throw InvalidUsage("the host-staged device communicator is poisoned by an earlier failure: " +
-                           what_of(cause), ctx);
-  }
+  throw_if_unusable(ctx);
   if (num_calls == 0) {
     throw InvalidArgument("host-staged bucket: no tensors", ctx);
   }
@@ -378,6 +375,51 @@ std::shared_ptr<Work> StagedBackend::launch(const DeviceCall* calls, std::size_t
   check(shared_->api->event_record(event, stream), "cudaEventRecord", ctx);
   last_ = work;
   return work;
+}
+
+void StagedBackend::throw_if_unusable(const ErrorContext& ctx) {
+  if (finalized_) {
+    throw InvalidUsage("the host-staged device communicator was finalized "
+                       "(DeviceCommunicator::finalize); no collective can follow",
+                       ctx);
+  }
+  if (std::exception_ptr cause = shared_->failure()) {
+    throw InvalidUsage("the host-staged device communicator is poisoned by an earlier failure: " +
+                           what_of(cause), ctx);
+  }
+}
+
+void StagedBackend::barrier(void* stream) {
+  const ErrorContext ctx = context("barrier");
+  throw_if_unusable(ctx);
+  check(shared_->api->set_device(device_), "cudaSetDevice", ctx);
+  const Deadline deadline = common::deadline_after(options_.timeout_seconds);
+  try {
+    CudaEvent before = piece_event(0, ctx);
+    check(shared_->api->event_record(before, stream), "cudaEventRecord", ctx);
+    wait_event(before, "the work enqueued on the stream before the barrier", deadline, ctx);
+    engine_->barrier();
+  } catch (const Error&) {
+    shared_->fail(std::current_exception());
+    throw;
+  }
+}
+
+void StagedBackend::finalize() {
+  if (finalized_) return;
+  const ErrorContext ctx = context("finalize");
+  throw_if_unusable(ctx);
+  if (last_) {
+    std::shared_ptr<StagedWork> previous = std::move(last_);
+    previous->wait(0);  // a failure poisoned us and is thrown
+  }
+  try {
+    engine_->finalize();
+  } catch (const Error&) {
+    shared_->fail(std::current_exception());
+    throw;
+  }
+  finalized_ = true;
 }
 
 void StagedBackend::abort(const std::string& reason) noexcept {

@@ -95,6 +95,14 @@ class StagedBackend final : public DeviceBackend {
   std::shared_ptr<Work> launch(const DeviceCall* calls, std::size_t num_calls,
                                void* stream) override;
 
+  /// Waits (under the collective timeout) for an event recorded on `stream` now, i.e. for the
+  /// work enqueued before, then runs the engine's barrier. @throws as launch().
+  void barrier(void* stream) override;
+  /// Waits for the last collective's copies back, then finalizes the engine (Communicator::
+  /// finalize: a barrier, "finalized" to every peer, links closed). Later launches throw
+  /// InvalidUsage ("finalized"); a second call does nothing. @throws InvalidUsage (poisoned),
+  ///   the last collective's error, the engine's finalize errors (the backend is then poisoned).
+  void finalize() override;
   /// Aborts the engine (peers fail with PeerError naming this rank) and poisons. Never throws.
   void abort(const std::string& reason) noexcept override;
   int device() const noexcept override { return device_; }
@@ -113,6 +121,8 @@ class StagedBackend final : public DeviceBackend {
 
   ErrorContext context(const char* op) const;
   void check(int code, const char* call, const ErrorContext& ctx);
+  /// Throws InvalidUsage when the backend is poisoned or finalized.
+  void throw_if_unusable(const ErrorContext& ctx);
   void validate(const DeviceCall* calls, std::size_t num_calls, const ErrorContext& ctx);
   unsigned char* stage(std::size_t bytes, const ErrorContext& ctx);
   void copy(void* dst, const void* src, std::size_t bytes, CudaCopy kind, void* stream,
@@ -137,6 +147,7 @@ class StagedBackend final : public DeviceBackend {
   std::vector<Segment> segments_;        // reused by every call
   std::shared_ptr<StagedWork> last_;     // the previous call's copies back (stage reuse waits)
   CudaEvent drain_ = nullptr;            // recorded after a failed call's copies
+  bool finalized_ = false;
 };
 
 }  // namespace mwms::collective

@@ -75,6 +75,8 @@ class FakeComm final : public mwms::DeviceCommunicator {
     CHECK(root == 0);
     return std::make_shared<DoneWork>();
   }
+  void barrier(DeviceStream) override {}
+  void finalize() override {}
   std::string describe() const override { return "fake nccl (device 0, world size 1)"; }
   void abort(const std::string&) noexcept override {}
 

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -293,5 +294,121 @@ TEST_CASE("Communicator with Implementation::kNccl points to DeviceCommunicator"
     FAIL("created");
   } catch (const mwms::InvalidArgument& e) {
     CHECK(std::string(e.what()).find("create a DeviceCommunicator") != std::string::npos);
+  }
+}
+
+TEST_CASE("nccl backend: barrier waits for every rank, finalize destroys the communicator once",
+          "[unit][nccl]") {
+  FakeNcclWorld::get().reset();
+  constexpr int kWorld = 3, kLate = 2;
+  std::atomic<int> arrived{0};
+  std::vector<std::string> after(kWorld);
+  const auto failures = run_threads(kWorld, 5, [&](int r, mc::NcclBackend& backend) {
+    if (r == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ++arrived;
+    backend.barrier(nullptr);
+    // Note [nccl barrier]: it completes only once every rank enqueued it.
+    expect(arrived == kWorld, "every rank arrived before a barrier returned, not " +
+                                  std::to_string(arrived.load()));
+    backend.barrier(nullptr);  // the scratch buffer is reused
+    std::vector<float> a(5, static_cast<float>(r + 1));
+    mc::DeviceCall c = all_reduce(a.data(), a.size());
+    backend.launch(&c, 1, nullptr)->wait();
+    expect(a[4] == 6.0f, "sum 6 after the barriers, not " + std::to_string(a[4]));
+    backend.finalize();
+    backend.finalize();  // a second call does nothing
+    try {
+      backend.launch(&c, 1, nullptr);
+    } catch (const mwms::InvalidUsage& e) {
+      after[r] = e.what();
+    }
+    try {
+      backend.barrier(nullptr);
+      after[r] += "; barrier accepted";
+    } catch (const mwms::InvalidUsage&) {
+      after[r] += "; barrier refused";
+    }
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << failures[r] << " / " << after[r]);
+    CHECK(failures[r].empty());
+    CHECK(after[r].find("the NCCL communicator was finalized") != std::string::npos);
+    CHECK(after[r].find("; barrier refused") != std::string::npos);
+  }
+  // One finalize and one destroy per rank (the destructors did not repeat them), no abort, and
+  // every barrier buffer freed.
+  CHECK(FakeNcclWorld::get().finalizes == kWorld);
+  CHECK(FakeNcclWorld::get().destroys == kWorld);
+  CHECK(FakeNcclWorld::get().aborts == 0);
+  CHECK(FakeNcclWorld::get().device_allocations == 0);
+}
+
+TEST_CASE("nccl backend: a rank that skips the barrier times the others out; finalize's faults",
+          "[unit][nccl][fault]") {
+  SECTION("a missing rank: every barrier is a TimeoutError, then the backend is poisoned") {
+    FakeNcclWorld::get().reset();
+    std::vector<std::string> errors(2);
+    const auto failures = run_threads(2, 0.3, [&](int r, mc::NcclBackend& backend) {
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));  // alive, never enters
+        return;
+      }
+      try {
+        backend.barrier(nullptr);
+      } catch (const mwms::TimeoutError& e) {
+        errors[r] = e.what();
+        expect(e.context().op == "barrier", "context op barrier, not " + e.context().op);
+      }
+      try {
+        backend.finalize();
+      } catch (const mwms::InvalidUsage& e) {
+        errors[r] += std::string(" / finalize: ") + e.what();
+      }
+    });
+    INFO(failures[0] << failures[1] << " / " << errors[0]);
+    CHECK(failures[0].empty());
+    CHECK(errors[0].find("nccl barrier seq 0 did not complete within 0.3 s") != std::string::npos);
+    CHECK(errors[0].find(" / finalize: the NCCL communicator is poisoned") != std::string::npos);
+    CHECK(FakeNcclWorld::get().comm_of_rank(0)->aborted);
+    CHECK(FakeNcclWorld::get().device_allocations == 0);
+  }
+  SECTION("a finalize that never completes: TimeoutError, aborted, not destroyed") {
+    FakeNcclWorld::get().reset();
+    FakeNcclWorld::get().finalize_polls = 1 << 30;
+    mc::NcclUniqueId id;
+    {
+      mc::NcclBackend backend(fake_nccl_api(), id, options_for(0, 1, 0.2));
+      try {
+        backend.finalize();
+        FAIL("finalize completed");
+      } catch (const mwms::TimeoutError& e) {
+        CHECK(std::string(e.what()).find("ncclCommFinalize did not complete within 0.2 s") !=
+              std::string::npos);
+        CHECK(e.context().op == "finalize");
+      }
+      std::vector<float> a(2, 1.0f);
+      mc::DeviceCall c = all_reduce(a.data(), a.size());
+      CHECK_THROWS_AS(backend.launch(&c, 1, nullptr), mwms::InvalidUsage);
+    }
+    CHECK(FakeNcclWorld::get().aborts == 1);
+    CHECK(FakeNcclWorld::get().destroys == 0);
+  }
+  SECTION("cudaMalloc of the barrier's buffer fails: a BackendError, nothing poisoned") {
+    FakeNcclWorld::get().reset();
+    mc::NcclUniqueId id;
+    mc::NcclBackend backend(fake_nccl_api(), id, options_for(0, 1));
+    FakeNcclWorld::get().fail("malloc_device", 2);
+    try {
+      backend.barrier(nullptr);
+      FAIL("barrier without its buffer");
+    } catch (const mwms::BackendError& e) {
+      CHECK(e.native_code() == 2);
+      CHECK(std::string(e.what()).find("cudaMalloc (the barrier's 4 bytes) failed: CUDA error 2") !=
+            std::string::npos);
+    }
+    FakeNcclWorld::get().fail("", 0);
+    backend.barrier(nullptr);  // world of one: completes at once
+    backend.finalize();
+    CHECK(FakeNcclWorld::get().aborts == 0);
   }
 }
