@@ -343,7 +343,7 @@ TEST_CASE("nccl backend: barrier waits for every rank, finalize destroys the com
   CHECK(FakeNcclWorld::get().device_allocations == 0);
 }
 
-TEST_CASE("nccl backend: a rank that skips the barrier times the others out; finalize's faults",
+TEST_CASE("nccl backend: barrier and finalize faults: a missing rank, a stuck finalize, no scratch memory",
           "[unit][nccl][fault]") {
   SECTION("a missing rank: every barrier is a TimeoutError, then the backend is poisoned") {
     FakeNcclWorld::get().reset();
