@@ -312,8 +312,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// runs a barrier under timeout_seconds, tells every peer it finalized and closes the links, so
   /// a worker that exits next is not mistaken for a dead one. Later collective calls throw
   /// InvalidUsage ("communicator finalized"); a second finalize() does nothing; destroying a
-  /// strategy that was not finalized behaves as before. @throws InvalidUsage between
-  /// begin_gradient_sync() and finish_gradient_sync(); otherwise as Communicator::finalize.
+  /// strategy that was not finalized behaves as before. With GPU replicas (device gpu) their
+  /// NCCL communicators are finalized first (ncclCommFinalize on each, polled until every worker
+  /// finalized, at most timeout_seconds; a worker that never finalizes makes the others throw
+  /// TimeoutError), then the communicator. @throws InvalidUsage between begin_gradient_sync()
+  /// and finish_gradient_sync(); otherwise as Communicator::finalize, plus NCCL's errors
+  /// (BackendError, PeerError) for GPU replicas.
   void finalize();
 
   /// Seconds of gradient all-reduce so far (wall clock): the time inside all_reduce_gradients,

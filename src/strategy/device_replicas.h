@@ -46,6 +46,10 @@ class DeviceReplicas {
   void run(const std::vector<const std::vector<TensorRef>*>& tensors,
            const std::vector<void*>& streams, ReduceOp op, bool broadcast);
 
+  /// Finalizes the K NCCL communicators (collective across workers; NcclReplicaGroup::finalize).
+  /// @throws as NcclReplicaGroup::finalize.
+  void finalize() { group_->finalize(); }
+
  private:
   std::unique_ptr<collective::NcclReplicaGroup> group_;
   std::vector<collective::DeviceCall> calls_;  // capacity reused

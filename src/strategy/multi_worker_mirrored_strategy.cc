@@ -325,6 +325,9 @@ void MultiWorkerMirroredStrategy::finalize() {
     throw InvalidUsage("finalize called between begin_gradient_sync and finish_gradient_sync; "
                        "finish the step first");
   }
+  // GPU replicas: their NCCL world first (every worker is here, after its last step), then the
+  // workers' communicator, whose barrier and notices end the job in order.
+  if (impl_->device_replicas) impl_->device_replicas->finalize();
   impl_->comm->finalize();
 }
 

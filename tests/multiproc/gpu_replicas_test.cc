@@ -100,6 +100,12 @@ std::vector<mwms::testing::ChildResult> run(int workers, int k, mwms::ReplicaDev
     out.precision(9);
     out << "weights:";
     for (float x : train(strategy, gpu)) out << " " << x;
+    strategy.finalize();  // GPU replicas: their K NCCL communicators first
+    if (gpu) {
+      FakeNcclWorld& world = FakeNcclWorld::get();
+      out << "\nfinalized " << world.finalizes << " destroyed " << world.destroys << " aborted "
+          << world.aborts << "\n";
+    }
     report(out.str());
   });
 }
@@ -184,6 +190,9 @@ TEST_CASE("GPU replicas of 2-3 workers x K = 1, 2 over the fake NCCL across proc
       std::string devices = "devices:";
       for (int r = 0; r < k; ++r) devices += " " + std::to_string(local_rank * k + r);
       CHECK_THAT(g.output, Contains(devices + "\n"));
+      // strategy.finalize() finalized and destroyed each of the worker's K NCCL communicators.
+      CHECK_THAT(g.output, Contains("finalized " + std::to_string(k) + " destroyed " +
+                                    std::to_string(k) + " aborted 0\n"));
       const std::vector<float> want = parse_floats(c.output), got = parse_floats(g.output);
       REQUIRE(got.size() == want.size());
       REQUIRE(want.size() == first.size());

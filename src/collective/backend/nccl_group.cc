@@ -208,12 +208,26 @@ NcclReplicaGroup::~NcclReplicaGroup() {
   }
   NcclGroupShared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.aborted) return;  // ncclCommAbort freed the communicators
+  // ncclCommAbort freed the communicators, or finalize() destroyed them.
+  if (s.aborted || s.destroyed) return;
+  if (std::exception_ptr e = finalize_locked()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      MWMS_LOG_WARN(kColl, "nccl replica group: finalize at shutdown failed: " << x.what());
+    }
+  }
+}
+
+std::exception_ptr NcclReplicaGroup::finalize_locked() noexcept {
+  NcclGroupShared& s = *shared_;
   s.destroyed = true;
   const NcclApi& api = *s.api;
+  const ErrorContext ctx = context("finalize", static_cast<std::int64_t>(seq_));
   // Non-blocking communicators: each finalize returns at once (in progress), so one thread can
   // finalize all K without waiting on the first for the others.
   std::vector<int> state(s.comms.size(), kNcclInProgress);
+  std::vector<const char*> call(s.comms.size(), "ncclCommFinalize");
   for (std::size_t r = 0; r < s.comms.size(); ++r) {
     if (s.comms[r] == nullptr) continue;
     const int f = api.comm_finalize(s.comms[r]);
@@ -221,25 +235,86 @@ NcclReplicaGroup::~NcclReplicaGroup() {
   }
   const Deadline deadline = common::deadline_after(s.options.timeout_seconds);
   Backoff backoff;
+  bool pending = false;
   for (;;) {
-    bool pending = false;
+    pending = false;
     for (std::size_t r = 0; r < s.comms.size(); ++r) {
       if (s.comms[r] == nullptr || state[r] != kNcclInProgress) continue;
       int async = kNcclSuccess;
-      if (api.comm_get_async_error(s.comms[r], &async) != kNcclSuccess) async = kNcclInternalError;
+      if (const int q = api.comm_get_async_error(s.comms[r], &async); q != kNcclSuccess) {
+        async = q;
+        call[r] = "ncclCommGetAsyncError (finalize)";
+      }
       state[r] = async;
       pending = pending || async == kNcclInProgress;
     }
     if (!pending || Clock::now() > deadline) break;
     backoff.pause();
   }
+  std::exception_ptr first;
   for (std::size_t r = 0; r < s.comms.size(); ++r) {
     if (s.comms[r] == nullptr) continue;
-    if (state[r] == kNcclSuccess && api.comm_destroy(s.comms[r]) == kNcclSuccess) continue;
-    MWMS_LOG_WARN(kColl, "nccl replica group: finalize of local replica "
-                             << r << " did not complete (status " << state[r] << "); aborting");
+    if (state[r] == kNcclSuccess) {
+      const int d = api.comm_destroy(s.comms[r]);
+      if (d == kNcclSuccess) continue;
+      state[r] = d;
+      call[r] = "ncclCommDestroy";
+    }
+    if (!first) {
+      const std::string who = replica_text(static_cast<int>(r));
+      if (state[r] == kNcclInProgress) {
+        ErrorContext t = ctx;
+        t.timeout_seconds = s.options.timeout_seconds;
+        try {
+          first = std::make_exception_ptr(TimeoutError(
+              "ncclCommFinalize of " + who + " did not complete within " +
+                  seconds_text(s.options.timeout_seconds) +
+                  ": a rank has not finalized (every worker must call finalize) or is dead; "
+                  "the NCCL communicators were aborted",
+              t));
+        } catch (...) {
+          first = std::current_exception();  // std::bad_alloc
+        }
+      } else {
+        first = to_error(api, NativeSource::kNccl, state[r], std::string(call[r]) + " (" + who + ")",
+                         s.comms[r], ctx);
+      }
+    }
+  }
+  if (!first) return nullptr;
+  // Every communicator not destroyed cleanly (and, for a consistent state, none half-used) is
+  // aborted; a destroyed one is gone and is skipped.
+  s.aborted = true;
+  for (std::size_t r = 0; r < s.comms.size(); ++r) {
+    if (s.comms[r] == nullptr || state[r] == kNcclSuccess) continue;
     api.comm_abort(s.comms[r]);
   }
+  return first;
+}
+
+void NcclReplicaGroup::finalize() {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->finalized) return;
+  }
+  if (std::exception_ptr cause = shared_->failure()) {
+    std::string why = "cannot finalize the NCCL replica group: it is poisoned";
+    try {
+      std::rethrow_exception(cause);
+    } catch (const std::exception& e) {
+      why += " by an earlier failure: " + std::string(e.what());
+    }
+    throw InvalidUsage(why, context("finalize", static_cast<std::int64_t>(seq_)));
+  }
+  if (std::shared_ptr<Work> last = last_.lock()) last->wait();  // its error poisoned the group
+  NcclGroupShared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.poison) std::rethrow_exception(s.poison);
+  if (std::exception_ptr e = finalize_locked()) {
+    if (!s.poison) s.poison = e;
+    std::rethrow_exception(e);
+  }
+  s.finalized = true;
 }
 
 ErrorContext NcclReplicaGroup::context(const char* op, std::int64_t seq) const {
@@ -322,6 +397,12 @@ std::shared_ptr<Work> NcclReplicaGroup::launch(const DeviceCall* calls, std::siz
   const int k = size();
   const char* op = per_replica == 1 ? to_string(calls[0].kind) : "group";
   ErrorContext ctx = context(op, static_cast<std::int64_t>(seq_));
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->finalized) {
+      throw InvalidUsage("the NCCL replica group was finalized; no collective can follow", ctx);
+    }
+  }
   if (std::exception_ptr cause = shared_->failure()) {
     std::string why = "the NCCL replica group is poisoned";
     try {

@@ -55,6 +55,7 @@ struct NcclGroupShared {
   std::exception_ptr poison;  // set once: the first failure
   bool aborted = false;
   bool destroyed = false;
+  bool finalized = false;  // destroyed by NcclReplicaGroup::finalize (not by a failure)
 
   /// Records `cause` as the poison (first one wins) and aborts every communicator once. Never
   /// throws.
@@ -75,8 +76,18 @@ class NcclReplicaGroup {
   /// (NCCL/CUDA failures with their codes, naming the local replica).
   NcclReplicaGroup(const NcclApi& api, const NcclUniqueId& id, NcclGroupOptions options);
   /// Waits (bounded by its deadline) for the last collective, then finalizes and destroys the K
-  /// communicators (bounded by timeout_seconds; all aborted past it). Never throws.
+  /// communicators (bounded by timeout_seconds; all aborted past it), unless finalize() did
+  /// already. Never throws.
   ~NcclReplicaGroup();
+
+  /// Orderly collective shutdown (every process of the NCCL world calls it after its last
+  /// launch): waits for the last launch's Work (its error is thrown), then ncclCommFinalize on
+  /// the K communicators, polled until NCCL reports each one globally quiescent (every rank of
+  /// the world finalized) for at most timeout_seconds, then ncclCommDestroy. Later launches throw
+  /// InvalidUsage ("finalized"); a second call does nothing. Blocking.
+  /// @throws InvalidUsage (poisoned), the last collective's error, TimeoutError (a rank never
+  ///   finalized: all K aborted), PeerError/BackendError (NCCL's, naming the local replica).
+  void finalize();
   NcclReplicaGroup(const NcclReplicaGroup&) = delete;
   NcclReplicaGroup& operator=(const NcclReplicaGroup&) = delete;
 
@@ -107,6 +118,9 @@ class NcclReplicaGroup {
 
  private:
   ErrorContext context(const char* op, std::int64_t seq) const;
+  /// Finalizes and destroys the K communicators (or aborts them all); caller holds the mutex.
+  /// Returns the first failure, or nullptr. Never throws.
+  std::exception_ptr finalize_locked() noexcept;
   void check(NativeSource source, int code, const std::string& call, NcclComm comm,
              const ErrorContext& ctx);
   void wait_not_in_progress(const char* what, common::Deadline deadline, const ErrorContext& ctx);

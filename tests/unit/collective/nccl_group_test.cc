@@ -255,3 +255,51 @@ TEST_CASE("nccl replica group: a failing NCCL call names the replica, an invalid
   CHECK_THROWS_WITH(group.launch(calls.data(), 1, streams.data()),
                     Contains("local replica 1: null device buffer"));
 }
+
+TEST_CASE("nccl replica group: finalize destroys the K communicators once, a stuck one times out",
+          "[unit][nccl]") {
+  SECTION("2 workers x 2 replicas finalize; later launches are refused") {
+    FakeNcclWorld::get().reset();
+    std::vector<std::string> after(2);
+    run_workers(2, 2, 5, [&](int w, mc::NcclReplicaGroup& group) {
+      try {
+        std::vector<std::vector<float>> a(2, std::vector<float>(3, 1.0f));
+        std::vector<mc::DeviceCall> calls = {call(mc::DeviceCollective::kAllReduce, a[0].data(), 3),
+                                             call(mc::DeviceCollective::kAllReduce, a[1].data(), 3)};
+        std::vector<void*> streams(2, nullptr);
+        group.launch(calls.data(), 1, streams.data());  // finalize waits for it
+        group.finalize();
+        expect(a[0][2] == 4.0f && a[1][0] == 4.0f, "the launch completed before finalize returned");
+        group.finalize();  // a second call does nothing
+        try {
+          group.launch(calls.data(), 1, streams.data());
+          after[static_cast<std::size_t>(w)] = "launch accepted";
+        } catch (const mwms::InvalidUsage& e) {
+          after[static_cast<std::size_t>(w)] = e.what();
+        }
+      } catch (const std::exception& e) {
+        after[static_cast<std::size_t>(w)] = std::string("threw: ") + e.what();
+      }
+    });
+    for (const std::string& a : after) CHECK_THAT(a, Contains("the NCCL replica group was finalized"));
+    CHECK(FakeNcclWorld::get().finalizes == 4);
+    CHECK(FakeNcclWorld::get().destroys == 4);  // not again in the destructors
+    CHECK(FakeNcclWorld::get().aborts == 0);
+  }
+  SECTION("a finalize that never completes: TimeoutError naming a replica, all K aborted") {
+    FakeNcclWorld::get().reset();
+    FakeNcclWorld::get().finalize_polls = 1 << 30;
+    std::string error;
+    run_workers(1, 2, 0.2, [&](int, mc::NcclReplicaGroup& group) {
+      try {
+        group.finalize();
+        error = "finalize completed";
+      } catch (const mwms::TimeoutError& e) {
+        error = e.what();
+      }
+    });
+    CHECK_THAT(error, Contains("ncclCommFinalize of local replica 0 did not complete within 0.2 s"));
+    CHECK(FakeNcclWorld::get().aborts == 2);
+    CHECK(FakeNcclWorld::get().destroys == 0);
+  }
+}
