@@ -236,24 +236,30 @@ NcclBackend::NcclBackend(const NcclApi& api, const NcclUniqueId& id, NcclBackend
 }
 
 NcclBackend::~NcclBackend() {
-  if (std::shared_ptr<Work> last = last_.lock()) {
+  if (std::shared_ptr<Work> last = std::move(last_)) {
     try {
       last->wait();
     } catch (const std::exception& e) {
       MWMS_LOG_WARN(kColl, "nccl: the last collective failed at shutdown: " << e.what());
     }
   }
-  free_scratch();
-  NcclShared& s = *shared_;
-  std::lock_guard<std::mutex> lock(s.mutex);
-  // ncclCommAbort freed the communicator, or finalize() destroyed it.
-  if (s.aborted || s.destroyed || s.comm == nullptr) return;
-  const double limit = s.options.timeout_seconds;
-  if (std::exception_ptr e = finalize_and_destroy(s, common::deadline_after(limit), limit,
-                                                  context("finalize", static_cast<std::int64_t>(seq_)))) {
-    MWMS_LOG_WARN(kColl, "nccl: finalize at shutdown failed, the communicator was aborted: "
-                             << what_of(e));
+  {
+    NcclShared& s = *shared_;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    // ncclCommAbort freed the communicator, or finalize() destroyed it.
+    if (!s.aborted && !s.destroyed && s.comm != nullptr) {
+      const double limit = s.options.timeout_seconds;
+      if (std::exception_ptr e =
+              finalize_and_destroy(s, common::deadline_after(limit), limit,
+                                   context("finalize", static_cast<std::int64_t>(seq_)))) {
+        MWMS_LOG_WARN(kColl, "nccl: finalize at shutdown failed, the communicator was aborted: "
+                                 << what_of(e));
+      }
+    }
   }
+  // Only now: cudaFree synchronizes the device, so it would wait for a kernel of a collective
+  // nobody waited for; after the destroy or the abort none is left.
+  free_scratch();
 }
 
 void NcclBackend::free_scratch() noexcept {
@@ -314,17 +320,17 @@ void NcclBackend::finalize() {
     if (shared_->finalized) return;
   }
   throw_if_unusable(ctx);
-  if (std::shared_ptr<Work> last = last_.lock()) last->wait();  // its error poisoned us
-  free_scratch();
+  if (std::shared_ptr<Work> last = std::move(last_)) last->wait();  // its error poisoned us
   NcclShared& s = *shared_;
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (s.poison) std::rethrow_exception(s.poison);  // another thread's failure meanwhile
   const double limit = s.options.timeout_seconds;
-  if (std::exception_ptr e = finalize_and_destroy(s, common::deadline_after(limit), limit, ctx)) {
-    if (!s.poison) s.poison = e;
-    std::rethrow_exception(e);
-  }
-  s.finalized = true;
+  std::exception_ptr e = finalize_and_destroy(s, common::deadline_after(limit), limit, ctx);
+  if (e && !s.poison) s.poison = e;
+  if (!e) s.finalized = true;
+  lock.unlock();
+  free_scratch();  // after the destroy or abort (see the destructor)
+  if (e) std::rethrow_exception(e);
   MWMS_LOG_DEBUG(kColl, "nccl: communicator finalized after " << seq_ << " launch(es)");
 }
 

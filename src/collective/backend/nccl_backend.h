@@ -144,7 +144,9 @@ class NcclBackend final : public DeviceBackend {
   std::shared_ptr<NcclShared> shared_;
   int device_ = -1;
   std::uint64_t seq_ = 0;
-  std::weak_ptr<Work> last_;  // the latest launch's Work (the destructor waits for it)
+  // The latest launch's Work, held even when the caller dropped it: finalize() and the
+  // destructor wait for it (bounded by its deadline) before the communicator goes.
+  std::shared_ptr<Work> last_;
   void* scratch_ = nullptr;   // device memory: the barrier's element (Note [nccl barrier])
 };
 

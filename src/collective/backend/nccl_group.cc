@@ -198,7 +198,7 @@ NcclReplicaGroup::NcclReplicaGroup(const NcclApi& api, const NcclUniqueId& id,
 }
 
 NcclReplicaGroup::~NcclReplicaGroup() {
-  if (std::shared_ptr<Work> last = last_.lock()) {
+  if (std::shared_ptr<Work> last = std::move(last_)) {
     try {
       last->wait();
     } catch (const std::exception& e) {
@@ -306,7 +306,7 @@ void NcclReplicaGroup::finalize() {
     }
     throw InvalidUsage(why, context("finalize", static_cast<std::int64_t>(seq_)));
   }
-  if (std::shared_ptr<Work> last = last_.lock()) last->wait();  // its error poisoned the group
+  if (std::shared_ptr<Work> last = std::move(last_)) last->wait();  // its error poisoned the group
   NcclGroupShared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.poison) std::rethrow_exception(s.poison);

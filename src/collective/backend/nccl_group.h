@@ -129,7 +129,7 @@ class NcclReplicaGroup {
   std::shared_ptr<NcclGroupShared> shared_;
   std::vector<int> devices_;
   std::uint64_t seq_ = 0;
-  std::weak_ptr<Work> last_;
+  std::shared_ptr<Work> last_;  // the latest launch's, even if dropped: finalize/destructor wait
 };
 
 }  // namespace mwms::collective
