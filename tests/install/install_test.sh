@@ -42,7 +42,7 @@ check_prefix() {
     [ "$(readlink "$lib/libmwms.so")" = libmwms.so.0 ] || fail "libmwms.so does not link to libmwms.so.0"
     [ "$(readlink "$lib/libmwms.so.0")" = "libmwms.so.$version" ] ||
       fail "libmwms.so.0 does not link to libmwms.so.$version"
-    dynamic "$lib/libmwms.so.$version" | grep -q 'SONAME.*\[libmwms\.so\.0\]' ||
+    grep -q 'SONAME.*\[libmwms\.so\.0\]' <<<"$(dynamic "$lib/libmwms.so.$version")" ||
       fail "SONAME of libmwms.so.$version is not libmwms.so.0"
     [ ! -e "$lib/libmwms.a" ] || fail "a shared build installed libmwms.a"
   else
@@ -51,7 +51,7 @@ check_prefix() {
   fi
   local checked=0 exe
   for exe in "$prefix/$bindir"/*; do
-    dynamic "$exe" | grep -q 'NEEDED.*\[libmwms\.so\.0\]' || continue
+    grep -q 'NEEDED.*\[libmwms\.so\.0\]' <<<"$(dynamic "$exe")" || continue
     local rpath
     rpath=$(dynamic "$exe" | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p')
     [ "$rpath" = "$expected_rpath" ] ||
@@ -80,7 +80,7 @@ check_consumers() {
     fail "$tag: find_package(mwms) found another mwms: $(grep '^mwms_DIR' "$work/$tag-cmake/CMakeCache.txt")"
   logged "$work/$tag-cmake-build.log" "$cmake" --build "$work/$tag-cmake"
   out=$(env -u TF_CONFIG "$work/$tag-cmake/mwms_consumer") || fail "$tag: cmake consumer: $out"
-  echo "$out" | grep -q "$expected" || fail "$tag: cmake consumer printed: $out"
+  grep -q "$expected" <<<"$out" || fail "$tag: cmake consumer printed: $out"
   echo "ok $tag find_package: $out"
   # pkg-config, through the example's Makefile
   mkdir -p "$work/$tag-pc"
@@ -89,12 +89,12 @@ check_consumers() {
   logged "$work/$tag-pc-build.log" env PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig" \
     make -C "$src/examples/consumer" OUT="$work/$tag-pc" CXX="$cxx" STATIC=$static
   out=$(env -u TF_CONFIG "$work/$tag-pc/mwms_consumer") || fail "$tag: pkg-config consumer: $out"
-  echo "$out" | grep -q "$expected" || fail "$tag: pkg-config consumer printed: $out"
+  grep -q "$expected" <<<"$out" || fail "$tag: pkg-config consumer printed: $out"
   if [ "$is_shared" = ON ]; then
-    dynamic "$work/$tag-pc/mwms_consumer" | grep -q 'NEEDED.*\[libmwms\.so\.0\]' ||
+    grep -q 'NEEDED.*\[libmwms\.so\.0\]' <<<"$(dynamic "$work/$tag-pc/mwms_consumer")" ||
       fail "$tag: pkg-config consumer does not link libmwms.so.0"
   else
-    ! dynamic "$work/$tag-pc/mwms_consumer" | grep -q 'libmwms\.so' ||
+    ! grep -q 'libmwms\.so' <<<"$(dynamic "$work/$tag-pc/mwms_consumer")" ||
       fail "$tag: static consumer needs libmwms.so"
   fi
   echo "ok $tag pkg-config: $out"

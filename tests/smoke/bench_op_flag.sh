@@ -7,8 +7,8 @@ unset TF_CONFIG
 tiny=(-b 64 -e 64 -n 1 -w 0)
 for perf in "$1" "$2"; do
   out=$("$perf" "${tiny[@]}" -o max 2>&1) || { echo "FAIL: $(basename "$perf") -o max: $out"; exit 1; }
-  echo "$out" | grep -Eq '^ +64 .* max ' || { echo "FAIL: no max row: $out"; exit 1; }
-  "$perf" --help | grep -q -- "--op" || { echo "FAIL: $(basename "$perf") --help lacks --op"; exit 1; }
+  grep -Eq '^ +64 .* max ' <<<"$out" || { echo "FAIL: no max row: $out"; exit 1; }
+  grep -q -- "--op" <<<"$("$perf" --help)" || { echo "FAIL: $(basename "$perf") --help lacks --op"; exit 1; }
   echo "ok $(basename "$perf") takes -o max"
 done
 for perf in "$3" "$4"; do
@@ -18,9 +18,9 @@ for perf in "$3" "$4"; do
     # shellcheck disable=SC2086  # the flag and its value are two words
     out=$("$perf" "${tiny[@]}" $flag 2>&1) || status=$?
     [ "$status" -eq 2 ] || { echo "FAIL: $tool $flag: exit status $status: $out"; exit 1; }
-    echo "$out" | grep -q "$tool takes no reduction op" || { echo "FAIL: $tool $flag: $out"; exit 1; }
+    grep -q "$tool takes no reduction op" <<<"$out" || { echo "FAIL: $tool $flag: $out"; exit 1; }
   done
-  if "$perf" --help | grep -q -- "--op"; then echo "FAIL: $tool --help lists --op"; exit 1; fi
+  if grep -q -- "--op" <<<"$("$perf" --help)"; then echo "FAIL: $tool --help lists --op"; exit 1; fi
   "$perf" "${tiny[@]}" > /dev/null || { echo "FAIL: $tool without -o"; exit 1; }
   echo "ok $tool refuses -o: $out"
 done

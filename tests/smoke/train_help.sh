@@ -10,7 +10,7 @@ for expect in "--epochs .*=3" "--batch_size .*=64" "--lr .*=0.01" "--seed .*=42"
               "--checkpoint_dir .*default: none" "--metrics_file .*default: none" \
               "--resume .*default: off" "--job_name .*default: none" "--cluster_spec .*default: none" \
               "--model .*=mlp" "--local_replicas .*=1" "--device .*=auto"; do
-  echo "$help" | grep -Eq -- "^ +$expect([ ,)]|$)" ||
+  grep -Eq -- "^ +$expect([ ,)]|$)" <<<"$help" ||
     { echo "FAIL: no '$expect' in train --help:"; echo "$help"; exit 1; }
 done
 echo "ok train --help shows the defaults"
