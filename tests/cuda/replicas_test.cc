@@ -3,8 +3,8 @@
 // init from our unique id) trains support/replicas.h's linear model (train_replica_model, as
 // unit:GPU replicas over the fake NCCL and multiproc:GPU replicas do) with its weights broadcast
 // and its gradient all-reduced in device memory on its own stream (CudaReplicaMemory), and must
-// end bit for bit where one CPU replica ends; kMean divides on the device; with 2 or more GPUs, K = 2 GPU replicas against 2 CPU
-// replicas as well. Skipped (exit 77, gpu_main.cc) without a device.
+// end bit for bit where one CPU replica ends; kMean divides on the device; with 2 or more GPUs,
+// K = 2 GPU replicas against 2 CPU replicas as well. Skipped (exit 77, gpu_main.cc) without a device.
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>

@@ -121,11 +121,12 @@ inline void operand_pairs(DataType dt, BitBuffer* a_out, BitBuffer* b_out) {
 // multiplication or division whose result is NaN (a NaN operand, Inf - Inf, 0 x Inf) gives the
 // one canonical NaN 0x7fffffff (float16/bfloat16 are computed in float32, so theirs is
 // float_to_half of it, 0x7fff; float64 is held to the same rule), where the x86 CPU keeps the NaN
-// operand's sign and payload (quieted) or gives its default NaN 0xffc00000. Neither is a bug: IEEE 754 only recommends payload
-// propagation, and NaN sign and payload are not a value the library promises across devices. So
-// the device kernels are compared with the CPU's bits everywhere except there: where the CPU's
-// sum, product (or mean division) is a NaN, any NaN is right on the device (NanMatch::kAnyNan).
-// Min and max select an operand, with its bits, on both: compared exactly.
+// operand's sign and payload (quieted) or gives its default NaN 0xffc00000. Neither is a bug:
+// IEEE 754 only recommends payload propagation, and NaN sign and payload are not a value the
+// library promises across devices. So the device kernels are compared with the CPU's bits
+// everywhere except there: where the CPU's sum, product (or mean division) is a NaN, any NaN is
+// right on the device (NanMatch::kAnyNan). Min and max select an operand, with its bits, on
+// both: compared exactly.
 
 /// What count_mismatches requires of a NaN result of a sum or product (Note [device NaN bits]).
 enum class NanMatch {

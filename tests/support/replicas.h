@@ -118,7 +118,8 @@ inline std::vector<std::vector<float>> train_replica_model(MultiWorkerMirroredSt
     for (std::size_t i = 0; i < mine.size(); ++i)
       mine[i] = linear_initial_weight(ctx.replica_id_in_sync_group, i);
     if (device) {
-      on_device(ctx, 0, mine, [&](TensorRef t, DeviceStream s) { ctx.broadcast_variables({t}, s); });
+      on_device(ctx, 0, mine,
+                [&](TensorRef t, DeviceStream s) { ctx.broadcast_variables({t}, s); });
     } else {
       ctx.broadcast_variables({{mine.data(), mine.size()}});
     }
