@@ -15,7 +15,9 @@
 // --use_fast_math. The conversions are integer bit manipulations plus one float addition (the
 // subnormal rounding trick of float_to_half), which CUDA performs in IEEE round-to-nearest-even
 // like the CPU. Freedoms the CPU path documents (reduce.h: which NaN payload survives a sum of two
-// NaNs, min/max of +0 and -0) are the only places results may differ.
+// NaNs, min/max of +0 and -0) and the bits of a NaN that a sum, product or division gives (the GPU
+// has one canonical NaN, 0x7fffffff, where the CPU keeps an operand's sign and payload: Note
+// [device NaN bits] in tests/support/element_cases.h) are the only places results may differ.
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,15 @@
 // gpu:replicas — the strategy's GPU replicas (ReplicaOptions::device = kGpu, Note [gpu replicas])
 // over the real NCCL and CUDA runtime: K = 1 GPU replica (one NCCL rank, made through the grouped
-// init from our unique id) trains the small linear model of unit:GPU replicas with its gradient
-// all-reduced in device memory on its own stream, and must end bit for bit where one CPU replica
-// ends; kMean divides on the device; with 2 or more GPUs, K = 2 GPU replicas against 2 CPU
-// replicas as well. Skipped (exit 77, gpu_main.cc) without a device.
+// init from our unique id) trains support/replicas.h's linear model (train_replica_model, as
+// unit:GPU replicas over the fake NCCL and multiproc:GPU replicas do) with its weights broadcast
+// and its gradient all-reduced in device memory on its own stream (CudaReplicaMemory), and must
+// end bit for bit where one CPU replica ends; kMean divides on the device; with 2 or more GPUs,
+// K = 2 GPU replicas against 2 CPU replicas as well. Skipped (exit 77, gpu_main.cc) without a device.
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -20,83 +22,74 @@ namespace cu = mwms::kernels::cuda;
 using mwms::ReduceOp;
 using mwms::ReplicaContext;
 
-using mwms::testing::kLinearIn;
-using mwms::testing::kLinearOut;
-using mwms::testing::kLinearSteps;
-
 mwms::MultiWorkerMirroredStrategy make(int k, mwms::ReplicaDevice device) {
   return mwms::testing::make_replicas(k, device, /*timeout_seconds=*/60);
 }
 
-// Per replica: host weights and gradient; on kGpu the gradient and the weights also live on the
-// replica's device (its own stream) and go through the device collectives.
-std::vector<std::vector<float>> train(mwms::MultiWorkerMirroredStrategy& strategy, bool gpu) {
-  const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  const std::size_t n = kLinearIn * kLinearOut;
-  std::vector<std::vector<float>> w(k, std::vector<float>(n)), g = w;
-  std::vector<float*> dw(k, nullptr), dg(k, nullptr);
-  std::vector<cudaStream_t> streams(k, nullptr);
-  if (gpu) {
-    strategy.run([&](const ReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      cu::check(cudaSetDevice(ctx.device), "cudaSetDevice");
-      cu::check(cudaStreamCreate(&streams[r]), "cudaStreamCreate");
-      cu::check(cudaMalloc(reinterpret_cast<void**>(&dw[r]), n * sizeof(float)), "cudaMalloc");
-      cu::check(cudaMalloc(reinterpret_cast<void**>(&dg[r]), n * sizeof(float)), "cudaMalloc");
-    });
-  }
-  strategy.run([&](const ReplicaContext& ctx) {
-    const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-    for (std::size_t i = 0; i < n; ++i)
-      w[r][i] = mwms::testing::linear_initial_weight(ctx.local_replica_id, i);
-    if (!gpu) {
-      ctx.broadcast_variables({{w[r].data(), n}});
-      return;
+// support/replicas.h's device memory over the CUDA runtime: per local replica a stream and the
+// weight and gradient buffers on its device (ReplicaContext::device), made on first use in the
+// replica's thread; freed, each on its own device, by the destructor after the last run().
+class CudaReplicaMemory : public mwms::testing::ReplicaDeviceMemory {
+ public:
+  explicit CudaReplicaMemory(int k) : replicas_(static_cast<std::size_t>(k)) {}
+  ~CudaReplicaMemory() override {
+    for (Replica& r : replicas_) {
+      if (r.device < 0) continue;
+      cudaSetDevice(r.device);
+      for (float* b : r.buffers) cudaFree(b);
+      if (r.stream != nullptr) cudaStreamDestroy(r.stream);
     }
+  }
+  CudaReplicaMemory(const CudaReplicaMemory&) = delete;
+  CudaReplicaMemory& operator=(const CudaReplicaMemory&) = delete;
+
+  float* to_device(const ReplicaContext& ctx, int slot, const float* host,
+                   std::size_t n) override {
+    Replica& r = of(ctx);
+    float*& buffer = r.buffers[static_cast<std::size_t>(slot)];
+    if (buffer == nullptr) {
+      cu::check(cudaMalloc(reinterpret_cast<void**>(&buffer), n * sizeof(float)), "cudaMalloc");
+    }
+    // From pageable memory: returns once `host` has been staged, so the caller may reuse it.
+    cu::check(cudaMemcpyAsync(buffer, host, n * sizeof(float), cudaMemcpyHostToDevice, r.stream),
+              "cudaMemcpyAsync to the device");
+    return buffer;
+  }
+  void to_host(const ReplicaContext& ctx, int slot, float* host, std::size_t n) override {
+    Replica& r = of(ctx);
+    cu::check(cudaMemcpyAsync(host, r.buffers[static_cast<std::size_t>(slot)], n * sizeof(float),
+                              cudaMemcpyDeviceToHost, r.stream),
+              "cudaMemcpyAsync to the host");
+    cu::check(cudaStreamSynchronize(r.stream), "cudaStreamSynchronize");
+  }
+  mwms::DeviceStream stream(const ReplicaContext& ctx) override {
+    return mwms::DeviceStream{of(ctx).stream};
+  }
+
+ private:
+  struct Replica {
+    int device = -1;  // -1: nothing made yet
+    cudaStream_t stream = nullptr;
+    float* buffers[2] = {nullptr, nullptr};  // weights, gradient
+  };
+  // Replica ctx's state, its device current on this thread and its stream made.
+  Replica& of(const ReplicaContext& ctx) {
+    Replica& r = replicas_.at(static_cast<std::size_t>(ctx.local_replica_id));
     cu::check(cudaSetDevice(ctx.device), "cudaSetDevice");
-    cu::check(cudaMemcpyAsync(dw[r], w[r].data(), n * sizeof(float), cudaMemcpyHostToDevice,
-                              streams[r]),
-              "cudaMemcpyAsync");
-    ctx.broadcast_variables({{dw[r], n}}, mwms::DeviceStream{streams[r]});
-    cu::check(cudaMemcpy(w[r].data(), dw[r], n * sizeof(float), cudaMemcpyDeviceToHost),
-              "cudaMemcpy");
-  });
-  for (int step = 0; step < kLinearSteps; ++step) {
-    strategy.run([&](const ReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.local_replica_id);
-      mwms::testing::linear_gradient(w[r], ctx.batch_shard(mwms::testing::kLinearBatch), step,
-                                     g[r]);
-      if (gpu) {
-        cu::check(cudaSetDevice(ctx.device), "cudaSetDevice");
-        cu::check(cudaMemcpyAsync(dg[r], g[r].data(), n * sizeof(float), cudaMemcpyHostToDevice,
-                                  streams[r]),
-                  "cudaMemcpyAsync");
-        ctx.all_reduce(ReduceOp::kSum, {{dg[r], n}}, mwms::DeviceStream{streams[r]});
-        cu::check(cudaMemcpyAsync(g[r].data(), dg[r], n * sizeof(float), cudaMemcpyDeviceToHost,
-                                  streams[r]),
-                  "cudaMemcpyAsync");
-        cu::check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
-      } else {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), n}});
-      }
-      for (std::size_t i = 0; i < n; ++i) w[r][i] -= 0.5f * g[r][i];
-    });
-  }
-  if (gpu) {
-    for (std::size_t r = 0; r < k; ++r) {
-      cudaFree(dw[r]);
-      cudaFree(dg[r]);
-      cudaStreamDestroy(streams[r]);
+    if (r.device < 0) {
+      r.device = ctx.device;
+      cu::check(cudaStreamCreate(&r.stream), "cudaStreamCreate");
     }
+    return r;
   }
-  return w;
-}
+  std::vector<Replica> replicas_;
+};
 
 void check_against_cpu(int k) {
   std::vector<std::vector<float>> cpu;
   {
     auto strategy = make(k, mwms::ReplicaDevice::kCpu);
-    cpu = train(strategy, false);
+    cpu = mwms::testing::train_replica_model(strategy, false);
   }
   auto strategy = make(k, mwms::ReplicaDevice::kGpu);
   std::vector<int> devices(static_cast<std::size_t>(k), -1);
@@ -104,10 +97,15 @@ void check_against_cpu(int k) {
     devices[static_cast<std::size_t>(ctx.local_replica_id)] = ctx.device;
   });
   for (int r = 0; r < k; ++r) CHECK(devices[static_cast<std::size_t>(r)] == r);
-  const auto gpu = train(strategy, true);
+  std::vector<std::vector<float>> gpu;
+  {
+    CudaReplicaMemory memory(k);
+    gpu = mwms::testing::train_replica_model(strategy, true, &memory);
+  }
   for (int r = 0; r < k; ++r) {
     INFO("K " << k << " replica " << r);
     CHECK(gpu[static_cast<std::size_t>(r)] == cpu[static_cast<std::size_t>(r)]);  // bit for bit
+    CHECK(gpu[static_cast<std::size_t>(r)] == gpu[0]);
   }
   // kMean: NCCL's sum, then the division kernel on each replica's device.
   std::vector<std::vector<float>> mean(static_cast<std::size_t>(k));

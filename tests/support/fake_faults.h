@@ -22,6 +22,10 @@ struct FakeFaults {
   }
   /// Nothing fails any more.
   void clear() { fail(std::string(), 0); }
+  /// Entry `failing` succeeds again if it is the one that fails; another entry's failure stays.
+  void clear(const std::string& failing) {
+    if (entry == failing) clear();
+  }
   /// Called by the fake at the top of entry `name`: the code it must return, or 0 (go on).
   int injected(const char* name) {
     if (entry.empty() || entry != name) return 0;

@@ -3,9 +3,9 @@
 // all-reduce completes (its event becomes ready, and the sum is written into every rank's
 // buffer) when every rank of the world has enqueued it, so a rank that never calls leaves the
 // others' events pending forever, as a dead peer leaves NCCL's kernels spinning. Knobs make init
-// stay in progress, calls fail with a chosen ncclResult_t (collective_result, or any entry through
-// FakeNcclWorld::fail, support/fake_faults.h as the fake CUDA runtime), and NCCL report an
-// asynchronous error. A FakeNcclProcesses made in a single-threaded parent before it forks the
+// stay in progress, any entry of the table fail with a chosen ncclResult_t or cudaError_t
+// (FakeNcclWorld::fail and clear, support/fake_faults.h as the fake CUDA runtime), and NCCL report
+// an asynchronous error. A FakeNcclProcesses made in a single-threaded parent before it forks the
 // ranks lets the world's ranks live in several processes (Note [fake nccl across processes]).
 #pragma once
 
@@ -170,8 +170,6 @@ struct FakeNcclWorld {
   int init_polls = 2;             // in-progress answers before init completes
   int finalize_polls = 2;         // and before a finalize completes (1 << 30: never)
   bool init_never_completes = false;
-  int collective_result = collective::kNcclSuccess;  // what all_reduce & co. return
-  int event_create_result = collective::kCudaSuccess;
   int device_count = 0;  // > 0: set_device wraps local ranks modulo it, as the real one does
   FakeFaults faults;  // fail(): one entry of the table fails, as in the fake CUDA runtime
   std::string last_error = "fake: last error text";
@@ -193,8 +191,6 @@ struct FakeNcclWorld {
     init_polls = 2;
     finalize_polls = 2;
     init_never_completes = false;
-    collective_result = collective::kNcclSuccess;
-    event_create_result = collective::kCudaSuccess;
     device_count = 0;
     faults.clear();
     aborts = destroys = groups = divisions = unique_ids = 0;
@@ -206,13 +202,13 @@ struct FakeNcclWorld {
     std::lock_guard<std::mutex> lock(mutex);
     faults.fail(entry, code, skip);
   }
-  // What entry `name` must return (caller holds mutex): the injected failure, else the knobs
-  // collective_result (`collective`) and event_create_result; 0 (success): go on.
-  int injected(const char* name, bool collective = false) {
-    if (int e = faults.injected(name)) return e;
-    if (collective) return collective_result;
-    return std::strcmp(name, "event_create") == 0 ? event_create_result : 0;
+  /// Makes `entry` succeed again if fail() made it fail (another entry's failure stays).
+  void clear(const std::string& entry) {
+    std::lock_guard<std::mutex> lock(mutex);
+    faults.clear(entry);
   }
+  // What entry `name` must return (caller holds mutex): the injected failure, or 0 (go on).
+  int injected(const char* name) { return faults.injected(name); }
   FakeNcclComm* comm_of_rank(int rank) {
     std::lock_guard<std::mutex> lock(mutex);
     for (auto& c : comms) {
@@ -480,7 +476,7 @@ inline int group_end() {
 inline int enqueue(const char* entry, const void* send, void* recv, std::size_t count,
                    DataType dtype, ReduceOp op, collective::NcclComm comm, int root = -1) {
   std::lock_guard<std::mutex> lock(world().mutex);
-  if (int e = world().injected(entry, /*collective=*/true)) return e;
+  if (int e = world().injected(entry)) return e;
   FakeNcclComm* c = as_comm(comm);
   if (FakeNcclShared* s = world().shared) {
     // The send buffer goes into this rank's ring slot (Note [fake nccl across processes]).

@@ -1,8 +1,8 @@
 // What the tests of the strategy's local replicas share (unit/strategy/local_replicas_test.cc,
 // device_replicas_test.cc, cuda/replicas_test.cc, multiproc/gpu_replicas_test.cc): a one-worker
 // strategy of K replicas, the small linear model the CPU and GPU replicas train to compare bit
-// for bit (and its training loop), and a run() in which one replica fails and its siblings must
-// fail naming it.
+// for bit (and its training loop, with a seam for real device memory: ReplicaDeviceMemory), and a
+// run() in which one replica fails and its siblings must fail naming it.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -63,25 +63,63 @@ inline void linear_gradient(const std::vector<float>& w, const Shard& shard, int
   }
 }
 
+/// Real device memory for train_replica_model's device collectives (cuda/replicas_test.cc
+/// implements it with the CUDA runtime; the fake NCCL needs none: its "device" memory is host
+/// memory). Each local replica has two device buffers of kLinearIn * kLinearOut floats on its
+/// own device (ReplicaContext::device), slot 0 for the weights and slot 1 for the gradient, and
+/// one stream that orders its copies and collectives. Every method is called on the replica's
+/// own thread, inside run(), and touches only that replica's buffers (no locking needed between
+/// replicas).
+class ReplicaDeviceMemory {
+ public:
+  virtual ~ReplicaDeviceMemory() = default;
+  /// Enqueues on stream(ctx) the copy of the `n` floats at `host` into replica
+  /// ctx.local_replica_id's device buffer `slot` (made on first use, `n` the same on every call)
+  /// and returns that buffer; `host` may be reused once this returns. @throws on a device error.
+  virtual float* to_device(const ReplicaContext& ctx, int slot, const float* host,
+                           std::size_t n) = 0;
+  /// Copies that device buffer back into the `n` floats at `host` after everything enqueued on
+  /// stream(ctx), blocking until the copy is done. @throws on a device error.
+  virtual void to_host(const ReplicaContext& ctx, int slot, float* host, std::size_t n) = 0;
+  /// The stream (a cudaStream_t of the replica's device) the replica's device collectives use.
+  virtual DeviceStream stream(const ReplicaContext& ctx) = 0;
+};
+
 /// Trains the linear model for kLinearSteps SGD steps: every replica on its rows of each global
 /// batch (ReplicaContext::batch_shard), gradients summed over all replicas in sync, weights from
 /// the broadcast of the chief's replica 0 (each replica in sync starts from
 /// linear_initial_weight of its replica_id_in_sync_group, so a missing broadcast shows). `device`
-/// selects the replicas' device collectives (DeviceStream; over the fake NCCL "device" memory is
-/// these host vectors). Blocking, collective across the workers: one worker
-/// (unit/strategy/device_replicas_test.cc) or W worker processes (multiproc/gpu_replicas_test.cc).
-/// Returns every local replica's final weights (kLinearIn * kLinearOut floats each).
-/// @throws as strategy.run.
+/// selects the replicas' device collectives: with `memory` null (the fake NCCL) the device
+/// buffers are these host vectors on the default stream; with `memory` the weights and gradient
+/// go to its device buffers before each collective and come back after it, on its stream
+/// (gradient and update are computed on the host either way, so the CPU and device runs compute
+/// the same float operations). Blocking, collective across the workers: one worker
+/// (unit/strategy/device_replicas_test.cc, cuda/replicas_test.cc) or W worker processes
+/// (multiproc/gpu_replicas_test.cc). Returns every local replica's final weights (kLinearIn *
+/// kLinearOut floats each). @throws as strategy.run and `memory`'s methods.
 inline std::vector<std::vector<float>> train_replica_model(MultiWorkerMirroredStrategy& strategy,
-                                                           bool device) {
+                                                           bool device,
+                                                           ReplicaDeviceMemory* memory = nullptr) {
   const auto k = static_cast<std::size_t>(strategy.num_local_replicas());
-  std::vector<std::vector<float>> w(k, std::vector<float>(kLinearIn * kLinearOut)), g = w;
+  const std::size_t n = kLinearIn * kLinearOut;
+  std::vector<std::vector<float>> w(k, std::vector<float>(n)), g = w;
+  // The device collective `collective` on `slot`'s host vector `host` (in place).
+  auto on_device = [&](const ReplicaContext& ctx, int slot, std::vector<float>& host,
+                       const auto& collective) {
+    if (memory == nullptr) {
+      collective(TensorRef{host.data(), n}, DeviceStream{});
+      return;
+    }
+    collective(TensorRef{memory->to_device(ctx, slot, host.data(), n), n}, memory->stream(ctx));
+    memory->to_host(ctx, slot, host.data(), n);
+  };
   strategy.run([&](const ReplicaContext& ctx) {
     auto& mine = w[static_cast<std::size_t>(ctx.local_replica_id)];
     for (std::size_t i = 0; i < mine.size(); ++i)
       mine[i] = linear_initial_weight(ctx.replica_id_in_sync_group, i);
     if (device) {
-      ctx.broadcast_variables({{mine.data(), mine.size()}}, DeviceStream{});
+      on_device(ctx, 0, mine,
+                [&](TensorRef t, DeviceStream s) { ctx.broadcast_variables({t}, s); });
     } else {
       ctx.broadcast_variables({{mine.data(), mine.size()}});
     }
@@ -91,7 +129,8 @@ inline std::vector<std::vector<float>> train_replica_model(MultiWorkerMirroredSt
       const auto r = static_cast<std::size_t>(ctx.local_replica_id);
       linear_gradient(w[r], ctx.batch_shard(kLinearBatch), step, g[r]);
       if (device) {
-        ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}}, DeviceStream{});
+        on_device(ctx, 1, g[r],
+                  [&](TensorRef t, DeviceStream s) { ctx.all_reduce(ReduceOp::kSum, {t}, s); });
       } else {
         ctx.all_reduce(ReduceOp::kSum, {{g[r].data(), g[r].size()}});
       }

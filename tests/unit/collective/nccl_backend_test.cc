@@ -209,7 +209,7 @@ TEST_CASE("nccl backend: NCCL and CUDA codes become BackendError with code and t
   std::vector<float> a(4, 1.0f);
   mc::DeviceCall c = all_reduce(a.data(), a.size());
   // ncclInvalidArgument: a caller bug, the communicator stays usable.
-  FakeNcclWorld::get().collective_result = mc::kNcclInvalidArgument;
+  FakeNcclWorld::get().fail("all_reduce", mc::kNcclInvalidArgument);
   try {
     backend.launch(&c, 1, nullptr);
     FAIL("no error");
@@ -218,11 +218,11 @@ TEST_CASE("nccl backend: NCCL and CUDA codes become BackendError with code and t
     CHECK(std::string(e.what()).find("nccl all_reduce failed: NCCL error 4 (fake invalid "
                                      "argument): fake: last error text") != std::string::npos);
   }
-  FakeNcclWorld::get().collective_result = mc::kNcclSuccess;
+  FakeNcclWorld::get().clear("all_reduce");
   backend.launch(&c, 1, nullptr)->wait();
   CHECK(a[0] == 1.0f);  // world of one
   // A CUDA failure: BackendError with the cudaError_t; it poisons the communicator.
-  FakeNcclWorld::get().event_create_result = 2;
+  FakeNcclWorld::get().fail("event_create", 2);
   try {
     backend.launch(&c, 1, nullptr);
     FAIL("no error");

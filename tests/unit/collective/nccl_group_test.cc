@@ -239,7 +239,7 @@ TEST_CASE("nccl replica group: a failing NCCL call names the replica, an invalid
   std::vector<mc::DeviceCall> calls;
   for (auto& buf : a) calls.push_back(call(mc::DeviceCollective::kAllReduce, buf.data(), 4));
   std::vector<void*> streams(2, nullptr);
-  FakeNcclWorld::get().collective_result = mc::kNcclInvalidArgument;
+  FakeNcclWorld::get().fail("all_reduce", mc::kNcclInvalidArgument);
   try {
     group.launch(calls.data(), 1, streams.data());
     FAIL("no error");
@@ -247,7 +247,7 @@ TEST_CASE("nccl replica group: a failing NCCL call names the replica, an invalid
     CHECK(e.native_code() == mc::kNcclInvalidArgument);
     CHECK_THAT(std::string(e.what()), Contains("nccl all_reduce (local replica 0)"));
   }
-  FakeNcclWorld::get().collective_result = mc::kNcclSuccess;
+  FakeNcclWorld::get().clear("all_reduce");
   group.launch(calls.data(), 1, streams.data())->wait();
   CHECK(a[1][0] == 2.0f);
   CHECK(FakeNcclWorld::get().aborts == 0);

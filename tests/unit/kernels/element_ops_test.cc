@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernels/reduce.h"
@@ -72,6 +74,51 @@ TEST_CASE("element functors divide bit for bit as kernels::scale_divide", "[unit
         // A NaN divided keeps being a NaN; the payload is the FPU's (one operand): compare exactly.
         CHECK(mwms::testing::count_mismatches(ReduceOp::kMin, c.a, c.a, c.want, got) == 0);
       });
+}
+
+TEST_CASE("a device's reduce may give its canonical NaN where the CPU's sum or product is NaN, "
+          "nothing else", "[unit][kernels]") {
+  // What gpu:kernels allows (Note [device NaN bits]): the CPU's result with every NaN made the
+  // GPU's canonical NaN passes for sum and prod (not with the CPU's bits required), not for
+  // min/max; a NaN result that is not a NaN fails.
+  auto canonical = [](DataType dt) -> std::uint64_t {
+    switch (dt) {
+      case DataType::kFloat32: return 0x7fffffffu;
+      case DataType::kFloat64: return 0x7fffffffffffffffull;
+      default: return 0x7fffu;  // float16, bfloat16: float_to_half/bfloat16 of 0x7fffffff
+    }
+  };
+  using mwms::testing::NanMatch;
+  std::size_t cases = 0;
+  mwms::testing::for_each_reduce_case([&](const mwms::testing::ReduceCase& c) {
+    if (c.dtype == DataType::kInt32 || c.dtype == DataType::kInt64) return;
+    INFO(std::string(mwms::to_string(c.dtype)) + " " + std::string(mwms::to_string(c.op)));
+    BitBuffer device = c.want;
+    std::size_t nans = 0;
+    for (std::size_t i = 0; i < device.count(); ++i) {
+      if (!mwms::testing::is_nan_bits(c.dtype, device.get(i))) continue;
+      nans += device.get(i) != canonical(c.dtype);
+      device.set(i, canonical(c.dtype));
+    }
+    REQUIRE(nans > 0);  // the edge values give NaNs with other bits
+    const bool arithmetic = c.op != ReduceOp::kMin && c.op != ReduceOp::kMax;
+    const std::size_t any = mwms::testing::count_mismatches(c.op, c.a, c.b, c.want, device,
+                                                            NanMatch::kAnyNan);
+    CHECK((arithmetic ? any == 0 : any > 0));
+    CHECK(mwms::testing::count_mismatches(c.op, c.a, c.b, c.want, device) > 0);
+    if (arithmetic) {
+      for (std::size_t i = 0; i < device.count(); ++i) {
+        if (mwms::testing::is_nan_bits(c.dtype, device.get(i))) {
+          device.set(i, 0);  // +0: a NaN lost
+          break;
+        }
+      }
+      CHECK(mwms::testing::count_mismatches(c.op, c.a, c.b, c.want, device, NanMatch::kAnyNan) ==
+            1);
+    }
+    ++cases;
+  });
+  CHECK(cases == 4 * 5);
 }
 
 TEST_CASE("element conversions equal the CPU's on every 16-bit pattern and float edges",

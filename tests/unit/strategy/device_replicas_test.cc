@@ -7,6 +7,9 @@
 // real device.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -95,6 +98,61 @@ TEST_CASE("GPU replicas over the fake NCCL: K communicators, devices, and the sa
     });
     for (const auto& mine : m) CHECK(mine[2] == static_cast<double>(k - 1));
     CHECK(world.divisions == k);
+  }
+}
+
+// support/replicas.h's device memory as gpu:replicas uses it, in host memory apart from the
+// training loop's vectors: the buffers the fake NCCL reduces, and how often each was copied.
+class HostReplicaMemory : public mwms::testing::ReplicaDeviceMemory {
+ public:
+  explicit HostReplicaMemory(int k) : buffers(static_cast<std::size_t>(k) * 2) {}
+  float* to_device(const ReplicaContext& ctx, int slot, const float* host,
+                   std::size_t n) override {
+    std::vector<float>& b = of(ctx, slot);
+    b.assign(host, host + n);
+    ++to_device_calls[static_cast<std::size_t>(slot)];
+    return b.data();
+  }
+  void to_host(const ReplicaContext& ctx, int slot, float* host, std::size_t n) override {
+    std::copy(of(ctx, slot).begin(), of(ctx, slot).begin() + static_cast<std::ptrdiff_t>(n), host);
+    ++to_host_calls[static_cast<std::size_t>(slot)];
+  }
+  mwms::DeviceStream stream(const ReplicaContext&) override { return mwms::DeviceStream{}; }
+  std::vector<float>& of(const ReplicaContext& ctx, int slot) {
+    return buffers[static_cast<std::size_t>(ctx.local_replica_id * 2 + slot)];
+  }
+  std::vector<std::vector<float>> buffers;  // replica r's weights at 2r, its gradient at 2r + 1
+  std::atomic<int> to_device_calls[2] = {}, to_host_calls[2] = {};
+};
+
+TEST_CASE("GPU replicas over the fake NCCL: the model trained through device buffers apart from "
+          "the host vectors (as gpu:replicas) ends where K CPU replicas end",
+          "[unit][strategy][nccl]") {
+  for (int k : {1, 3}) {
+    INFO("K " << k);
+    std::vector<std::vector<float>> cpu;
+    {
+      auto strategy = make(k, mwms::ReplicaDevice::kCpu);
+      cpu = train(strategy, false);
+    }
+    FakeNcclScope fake;
+    auto strategy = make(k, mwms::ReplicaDevice::kGpu);
+    HostReplicaMemory memory(k);
+    const auto gpu = mwms::testing::train_replica_model(strategy, true, &memory);
+    for (int r = 0; r < k; ++r) {
+      INFO("replica " << r);
+      CHECK(gpu[static_cast<std::size_t>(r)] == cpu[static_cast<std::size_t>(r)]);  // bit for bit
+    }
+    // Once per replica for the broadcast, once per replica and step for the gradient; NCCL
+    // reduced the device buffers, not the host vectors.
+    CHECK(memory.to_device_calls[0] == k);
+    CHECK(memory.to_host_calls[0] == k);
+    CHECK(memory.to_device_calls[1] == k * kLinearSteps);
+    CHECK(memory.to_host_calls[1] == k * kLinearSteps);
+    FakeNcclWorld& world = FakeNcclWorld::get();
+    REQUIRE(world.comms[0]->ops.size() == 1 + kLinearSteps);
+    CHECK(world.comms[0]->ops[0].recv == memory.buffers[0].data());
+    CHECK(world.comms[0]->ops[kLinearSteps].recv == memory.buffers[1].data());
   }
 }
 
