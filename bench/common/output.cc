@@ -247,6 +247,9 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
   s["describe"] = info.describe;
   s["iters"] = info.iters;
   s["warmup_iters"] = info.warmup_iters;
+  nlohmann::ordered_json environment = nlohmann::ordered_json::object();
+  for (const EnvSetting& e : info.environment) environment[e.name] = e.value;
+  s["environment"] = std::move(environment);
   s["rows"] = rows.size();
   s["out_of_bounds"] = summary.out_of_bounds;
   s["ok"] = summary.out_of_bounds == 0;
@@ -344,6 +347,9 @@ void write_bucket_json(const std::string& path, const BucketRow& row, const Buck
   o["wrong"] = row.wrong < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(row.wrong);
   o["iters"] = info.iters;
   o["warmup_iters"] = info.warmup_iters;
+  nlohmann::ordered_json environment = nlohmann::ordered_json::object();
+  for (const EnvSetting& e : info.environment) environment[e.name] = e.value;
+  o["environment"] = std::move(environment);
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   array.push_back(std::move(o));
   write_file(path, array);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/run_environment.h"
+
 namespace mwms::bench {
 
 /// One size of the sweep, already reduced across ranks.
@@ -77,10 +79,14 @@ struct RunInfo {
   int iters = 0;
   int warmup_iters = 0;
   std::string mpi_library;  ///< --compare mpi: MPI_Get_library_version's first line, else empty
-  bool malloc_keeps_freed = false;  ///< MALLOC_MMAP_MAX_=0 was set (Open MPI at its best)
+  /// MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_=-1 were set (Open MPI at its best)
+  bool malloc_keeps_freed = false;
   std::string gloo_library;  ///< --compare gloo: "gloo 0.5.0 (tcp transport)", else empty
   std::string nccl_library;  ///< --backend nccl: "NCCL 2.28.9", else empty
+  /// The variables that forced or tuned what was measured (measured_environment()), rank 0's.
+  std::vector<EnvSetting> environment;
 };
+
 
 /// The column header lines ("#  size  count ..." and the units line); the MPI columns, then the
 /// Gloo columns (ring time and busbw, hd time and busbw, ratio to the better), then the NCCL
@@ -101,7 +107,8 @@ void print_table_footer(std::ostream& out, const Summary& summary);
 /// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio, for --compare gloo,
 /// gloo_ring_time_us, gloo_ring_busbw, gloo_hd_time_us, gloo_hd_busbw, gloo_ratio, for --compare
 /// nccl, nccl_time_us, nccl_busbw, nccl_ratio), then one summary object ("record": "summary": the
-/// RunInfo and the Summary). @throws mwms::BackendError if unwritable.
+/// RunInfo, with "environment" an object of its settings, and the Summary).
+/// @throws mwms::BackendError if unwritable.
 void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
                 const Summary& summary);
 
@@ -141,11 +148,14 @@ struct BucketRunInfo {
   std::size_t bytes_per_pack = 0;  ///< the strategy's effective bucket size (0 on the device)
   int iters = 0;
   int warmup_iters = 0;
+  /// The variables that forced or tuned what was measured (measured_environment()), rank 0's,
+  /// read before --backend is handed to the strategy as MWMS_TRANSPORT.
+  std::vector<EnvSetting> environment;
 };
 /// Writes bucket_perf's JSON array to `path`: one object ("record": "row", "tool": "bucket_perf",
 /// buffers, ranks, backend, describe, tensors, size, smallest, largest, type, redop,
 /// bytes_per_pack, buckets, bucketed_time_us, bucketed_busbw, separate_time_us, separate_busbw,
-/// speedup, wrong (null when unchecked), iters, warmup_iters). @throws mwms::BackendError if
+/// speedup, wrong (null when unchecked), iters, warmup_iters, environment (an object)). @throws mwms::BackendError if
 /// unwritable.
 void write_bucket_json(const std::string& path, const BucketRow& row, const BucketRunInfo& info);
 
