@@ -87,6 +87,15 @@ struct RunInfo {
   std::vector<EnvSetting> environment;
 };
 
+/// A size of the sweep that failed (its collective threw): what the JSON records after the rows
+/// measured before it.
+struct SweepFailure {
+  std::size_t bytes = 0;  ///< the whole in-place buffer, as a row's size
+  std::size_t count = 0;  ///< its elements, as a row's count
+  std::string type;
+  std::string redop;
+  std::string error;  ///< the exception's what()
+};
 
 /// The column header lines ("#  size  count ..." and the units line); the MPI columns, then the
 /// Gloo columns (ring time and busbw, hd time and busbw, ratio to the better), then the NCCL
@@ -106,11 +115,13 @@ void print_table_footer(std::ostream& out, const Summary& summary);
 /// collective, size, count, type, redop, ranks, backend, time_us, algbw, busbw, wrong (null when
 /// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio, for --compare gloo,
 /// gloo_ring_time_us, gloo_ring_busbw, gloo_hd_time_us, gloo_hd_busbw, gloo_ratio, for --compare
-/// nccl, nccl_time_us, nccl_busbw, nccl_ratio), then one summary object ("record": "summary": the
-/// RunInfo, with "environment" an object of its settings, and the Summary).
+/// nccl, nccl_time_us, nccl_busbw, nccl_ratio), then, when `failure` is given, one object
+/// ("record": "failure": collective, size, count, type, redop, ranks, backend, error), then one
+/// summary object ("record": "summary": the RunInfo, with "environment" an object of its
+/// settings, and the Summary; "complete" false and "ok" false after a failure).
 /// @throws mwms::BackendError if unwritable.
 void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
-                const Summary& summary);
+                const Summary& summary, const SweepFailure* failure = nullptr);
 
 /// One configuration of bucket_perf: `tensors` gradient tensors of `bytes` in all, all-reduced
 /// once through the strategy's buckets (CPU: MultiWorkerMirroredStrategy::all_reduce_gradients;

@@ -145,6 +145,8 @@ TEST_CASE("bench JSON: nccl keys in rows and summary", "[unit][bench]") {
   CHECK(j[1]["median_nccl_ratio_16m"].get<double>() == Approx(0.9));
   // The variables that forced what was measured, as an object in the summary.
   CHECK(j[1]["environment"].dump() == R"({"NCCL_ALGO":"Ring","NCCL_PROTO":"Simple"})");
+  CHECK(j[1]["complete"] == true);
+  CHECK(j[1]["ok"] == true);
 }
 
 TEST_CASE("bucket_perf: row and speedup footer and JSON", "[unit][bench]") {
