@@ -90,7 +90,8 @@ for np in 2 4; do
       echo "ok   $name"
     else
       echo "FAIL $name: $(grep -m1 -iE 'error|failed' "$out/$name.log" | cut -c1-200)"
-      rm -f "$out/$name.json"
+      # The rows measured before a failed size, kept out of the table's *.json.
+      [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
       status=1
     fi
   done

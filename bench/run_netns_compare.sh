@@ -54,6 +54,8 @@ for rate in $rates; do
       if ! MWMS_NSOCKS_PERPEER=$k OUT="$out/$name.ranks" "$here/run_netns.sh" -H "$h" -r "$rate" -m -- \
           -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" --compare mpi,gloo \
           --json "$out/$name.json" "$@" > "$out/$name.log" 2>&1; then
+        # The rows measured before a failed size, kept out of plot_netns.py's *.json.
+        [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
         echo "$name: FAILED (see $out/$name.log)"; status=1; continue
       fi
       grep -E "^ +[0-9]+ " "$out/$name.log" | sed "s/^/$name /"

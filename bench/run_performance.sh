@@ -79,7 +79,8 @@ for np in $ranks; do
           echo "ok   $name: $(grep -m1 '^# Backend:' "$out/$name.log" | sed 's/^# Backend: //')"
           any_ok=1
         else
-          rm -f "$out/$name.json"
+          # The rows measured before a failed size, kept out of the plot's *.json.
+          [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
           echo "FAIL $name: $(grep -m1 -E 'Error|error|failed|MWMS_TRANSPORT' "$out/$name.log" \
             | cut -c1-200)"
           failed+=("$name")
