@@ -21,11 +21,11 @@ void write_partial_json(const CollectiveDescriptor& collective, const BenchOptio
                         int world_size, std::size_t count, const std::string& error,
                         const std::vector<ResultRow>& rows,
                         const std::function<RunInfo()>& run_info) {
-  const ResultRow start = start_row(
-      collective, options,
-      collective.buffer_count != nullptr ? collective.buffer_count(count, world_size) : count);
-  SweepFailure failure{start.bytes, start.count, start.type, start.redop, error};
   try {
+    const ResultRow start = start_row(
+        collective, options,
+        collective.buffer_count != nullptr ? collective.buffer_count(count, world_size) : count);
+    SweepFailure failure{start.bytes, start.count, start.type, start.redop, error};
     write_json(options.json_path, rows, run_info(), summarize(rows), &failure);
   } catch (const std::exception& e) {
     std::cerr << collective.name << "_perf: --json " << options.json_path
