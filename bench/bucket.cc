@@ -23,6 +23,7 @@
 #include "common/mpi_baseline.h"
 #include "common/options.h"
 #include "common/output.h"
+#include "common/run_environment.h"
 #include "common/statistics.h"
 #include "common/timing.h"
 #include "common/verification.h"
@@ -178,6 +179,9 @@ int run(int argc, char** argv) {
         model_like_counts(options->tensors, options->total_bytes, dtype_size(options->dtype));
     if (under_mpirun && mpi::built_with_mpi()) mpi::init(options->backend == "mpi");
     BucketRunInfo info;
+    // Before run_host hands --backend to the strategy as MWMS_TRANSPORT: what the user set.
+    const std::vector<EnvSetting> environment =
+        measured_environment(on_device ? EnvScope::kDevice : EnvScope::kHost);
     bool leader = false;
     const BucketRow row = on_device ? device::run_buckets(counts, *options, &info, &leader)
                                     : run_host(counts, *options, &info, &leader);
@@ -193,8 +197,11 @@ int run(int argc, char** argv) {
                 << info.warmup_iters << " warm-ups, max over ranks; busbw = algbw * "
                 << 2.0 * (info.ranks - 1) / info.ranks << "\n"
                 << "# Backend: " << info.backend << " requested; used: " << info.describe << "\n"
+                << "# Environment: "
+                << describe_environment(environment, on_device ? "" : options->backend) << "\n"
                 << "# Ranks: " << info.ranks << "\n#\n";
       print_bucket_table(std::cout, row);
+      info.environment = environment;
       if (!options->json_path.empty()) write_bucket_json(options->json_path, row, info);
     }
     mpi::finalize();

@@ -14,20 +14,29 @@
 #   -B BIN_DIR  the *_perf binaries (default build/bin)
 #   -k BACKEND  libmwms --backend (default auto, what users get)
 #   -r N        repetitions (default 3); -e MAXBYTES (default 64M, a power of two)
+#   -h, --help  this text
 # Environment: IMPI_VENV (default /tmp/impi) is created if missing.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out="" bin="$repo/build/bin" backend=auto repeats=3 maxb=64M
-while getopts "d:B:k:r:e:h" opt; do
+# --help/-h: the usage above, status 0; an unknown option or a missing value: the usage on stderr,
+# status 2.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+bad_usage() { echo "compare_impi.sh: $1" >&2; usage >&2; exit 2; }
+while getopts ":d:B:k:r:e:h-:" opt; do
   case $opt in
     d) out=$OPTARG ;; B) bin=$OPTARG ;; k) backend=$OPTARG ;; r) repeats=$OPTARG ;;
     e) maxb=$OPTARG ;;
-    h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) exit 2 ;;
+    h) usage; exit 0 ;;
+    -) [ "$OPTARG" = help ] || bad_usage "unknown option --$OPTARG"; usage; exit 0 ;;
+    :) bad_usage "option -$OPTARG needs a value" ;;
+    *) bad_usage "unknown option -$OPTARG" ;;
   esac
 done
+shift $((OPTIND - 1))
+[ $# -eq 0 ] || bad_usage "unexpected argument '$1' (this script takes options only)"
 [ -n "$out" ] || out="$repo/perf-results/impi-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 venv=${IMPI_VENV:-/tmp/impi}
@@ -81,7 +90,8 @@ for np in 2 4; do
       echo "ok   $name"
     else
       echo "FAIL $name: $(grep -m1 -iE 'error|failed' "$out/$name.log" | cut -c1-200)"
-      rm -f "$out/$name.json"
+      # The rows measured before a failed size, kept out of the table's *.json.
+      [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
       status=1
     fi
   done

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/flag_checks.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/types.h"
@@ -244,17 +245,16 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed samples per row (the median is printed)")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("-w,--warmup", o.warmup, "Untimed samples before them")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  app.add_option("-w,--warmup", o.warmup, "Untimed samples before them")->capture_default_str();
   app.add_option("-d,--dtype", dtypes, "Only these dtypes (comma-separated; default all)")
       ->delimiter(',');
   app.add_option("-o,--op", ops, "Only these ops (comma-separated; default all)")->delimiter(',');
   app.add_option("--json", o.json, "Also write the rows as a JSON array to this file");
   try {
     app.parse(argc, argv);
+    mwms::bench::check_flag_at_least("-n/--iters", o.iters, 1);
+    mwms::bench::check_flag_at_least("-w/--warmup", o.warmup, 0);
     if (!dtypes.empty()) {
       o.dtypes.clear();
       for (const auto& d : dtypes) o.dtypes.push_back(mwms::parse_dtype(d));

@@ -12,7 +12,7 @@
 # variables set by the caller are passed to every rank.
 #
 # Usage (root): bench/run_netns.sh [-H hosts] [-P ranks_per_host] [-r rate] [-B bin_dir] \
-#                 [-t tool] [-m] -- TOOL_ARGS...
+#                 [-t tool] [-m] -- TOOL_ARGS...        (-h, --help: this text)
 #   bench/run_netns.sh -H 2 -P 2 -r 1gbit -- -b 4M -e 64M -f 4 -n 5 -w 1
 #   MWMS_ALGO=ring bench/run_netns.sh -H 2 -P 2 -r 1gbit -- -b 16M -e 16M
 #   bench/run_netns.sh -H 2 -r 1gbit -t train -- --epochs 1 --overlap_blocks 8
@@ -21,12 +21,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 hosts=2 per=1 rate="" bin="$repo/build/bin" tool=all_reduce_perf launcher=inner
-while getopts "H:P:r:B:t:mh" opt; do
+# --help/-h: the usage above, status 0; an unknown option or a missing value: the usage on stderr,
+# status 2.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+bad_usage() { echo "run_netns.sh: $1" >&2; usage >&2; exit 2; }
+while getopts ":H:P:r:B:t:mh-:" opt; do
   case $opt in
     H) hosts=$OPTARG ;; P) per=$OPTARG ;; r) rate=$OPTARG ;; B) bin=$OPTARG ;; t) tool=$OPTARG ;;
     m) launcher=inner_mpirun ;;
-    h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) exit 2 ;;
+    h) usage; exit 0 ;;
+    -) [ "$OPTARG" = help ] || bad_usage "unknown option --$OPTARG"; usage; exit 0 ;;
+    :) bad_usage "option -$OPTARG needs a value" ;;
+    *) bad_usage "unknown option -$OPTARG" ;;
   esac
 done
 shift $((OPTIND - 1))

@@ -10,18 +10,25 @@
 # Usage (root): bench/run_netns_compare.sh [-d DIR] [-r "1gbit 10gbit"] [-H "2 4"] [-s "1"] \
 #                 [-b 1M] [-e 256M] [-f 4] [-i 5] [-w 1] [-- extra all_reduce_perf flags]
 #   -s "1 2 4"  MWMS_NSOCKS_PERPEER values (libmwms's TCP streams per peer), one run each
+#   -h, --help  this text
 # Example: bench/run_netns_compare.sh -d /tmp/netns && python3 bench/plot_netns.py /tmp/netns
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out="" rates="1gbit 10gbit" hosts="2 4" streams="1" minb=1M maxb=256M factor=4 iters=5 warmup=1
-while getopts "d:r:H:s:b:e:f:i:w:h" opt; do
+# --help/-h: the usage above, status 0; an unknown option or a missing value: the usage on stderr,
+# status 2.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+bad_usage() { echo "run_netns_compare.sh: $1" >&2; usage >&2; exit 2; }
+while getopts ":d:r:H:s:b:e:f:i:w:h-:" opt; do
   case $opt in
     d) out=$OPTARG ;; r) rates=$OPTARG ;; H) hosts=$OPTARG ;; s) streams=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;; i) iters=$OPTARG ;;
     w) warmup=$OPTARG ;;
-    h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) exit 2 ;;
+    h) usage; exit 0 ;;
+    -) [ "$OPTARG" = help ] || bad_usage "unknown option --$OPTARG"; usage; exit 0 ;;
+    :) bad_usage "option -$OPTARG needs a value" ;;
+    *) bad_usage "unknown option -$OPTARG" ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -47,6 +54,8 @@ for rate in $rates; do
       if ! MWMS_NSOCKS_PERPEER=$k OUT="$out/$name.ranks" "$here/run_netns.sh" -H "$h" -r "$rate" -m -- \
           -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" --compare mpi,gloo \
           --json "$out/$name.json" "$@" > "$out/$name.log" 2>&1; then
+        # The rows measured before a failed size, kept out of plot_netns.py's *.json.
+        [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
         echo "$name: FAILED (see $out/$name.log)"; status=1; continue
       fi
       grep -E "^ +[0-9]+ " "$out/$name.log" | sed "s/^/$name /"

@@ -18,6 +18,7 @@
 #   -t "all_reduce"         tools (all_reduce all_gather reduce_scatter broadcast)
 #   -r 3        repetitions of each run (the plot takes medians over them)
 #   -b 8 -e 64M -f 4 -i 20 -w 5   sizes and iterations (the tools' -b -e -f -n -w)
+#   -h, --help  this text (an unknown option: this text on stderr, exit status 2)
 # Example: bench/run_performance.sh -d /tmp/perf && python3 bench/plot_performance.py /tmp/perf
 set -euo pipefail
 
@@ -25,13 +26,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out="" bin="$repo/build/bin" ranks="2 4" backends="auto tcp shm mpi" tools="all_reduce"
 repeats=3 minb=8 maxb=64M factor=4 iters=20 warmup=5
-while getopts "d:B:n:k:t:r:b:e:f:i:w:h" opt; do
+# --help/-h: the usage above, status 0; an unknown option or a missing value: the usage on stderr,
+# status 2.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+bad_usage() { echo "run_performance.sh: $1" >&2; usage >&2; exit 2; }
+while getopts ":d:B:n:k:t:r:b:e:f:i:w:h-:" opt; do
   case $opt in
     d) out=$OPTARG ;; B) bin=$OPTARG ;; n) ranks=$OPTARG ;; k) backends=$OPTARG ;;
     t) tools=$OPTARG ;; r) repeats=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; i) iters=$OPTARG ;; w) warmup=$OPTARG ;;
-    h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) exit 2 ;;
+    h) usage; exit 0 ;;
+    -) [ "$OPTARG" = help ] || bad_usage "unknown option --$OPTARG"; usage; exit 0 ;;
+    :) bad_usage "option -$OPTARG needs a value" ;;
+    *) bad_usage "unknown option -$OPTARG" ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -72,7 +79,8 @@ for np in $ranks; do
           echo "ok   $name: $(grep -m1 '^# Backend:' "$out/$name.log" | sed 's/^# Backend: //')"
           any_ok=1
         else
-          rm -f "$out/$name.json"
+          # The rows measured before a failed size, kept out of the plot's *.json.
+          [ ! -f "$out/$name.json" ] || mv "$out/$name.json" "$out/$name.json.partial"
           echo "FAIL $name: $(grep -m1 -E 'Error|error|failed|MWMS_TRANSPORT' "$out/$name.log" \
             | cut -c1-200)"
           failed+=("$name")

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/run_environment.h"
 #include "common/size_sweep.h"
 #include "common/statistics.h"
 #include "common/timing.h"
@@ -262,6 +263,7 @@ class DeviceSweep {
     info.iters = options_.iters;
     info.warmup_iters = options_.warmup_iters;
     info.nccl_library = stream_.runtime().library();
+    info.environment = measured_environment(EnvScope::kDevice);
     return info;
   }
 
@@ -279,6 +281,8 @@ class DeviceSweep {
               << " (nccl-tests' measure), max over ranks; busbw = algbw * "
               << collective_.busbw_factor(comm_.world_size()) << "\n#\n"
               << "# Backend: nccl requested; used: " << comm_.describe() << "\n"
+              << "# Environment: "
+              << describe_environment(measured_environment(EnvScope::kDevice), "") << "\n"
               << "# NCCL: " << stream_.runtime().library();
     if (options_.compare_nccl) {
       std::cout << "; raw NCCL (its own communicator, same buffers, same timing): nccl time, "

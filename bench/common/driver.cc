@@ -17,6 +17,7 @@
 #include "common/mpi_baseline.h"
 #include "common/options.h"
 #include "common/output.h"
+#include "common/run_environment.h"
 #include "common/size_sweep.h"
 #include "common/statistics.h"
 #include "common/timing.h"
@@ -39,13 +40,6 @@ int launcher_rank() {
     if (const char* value = std::getenv(name)) return std::atoi(value);
   }
   return 0;
-}
-
-// MALLOC_MMAP_MAX_=0 in this process's environment: glibc serves large blocks from the heap and,
-// with MALLOC_TRIM_THRESHOLD_ too, keeps them after free (see print_mpi_banner).
-bool malloc_keeps_freed() {
-  const char* value = std::getenv("MALLOC_MMAP_MAX_");
-  return value != nullptr && std::strcmp(value, "0") == 0;
 }
 
 // Page-aligned and touched once at allocation: a fresh page costs ~11 us on first touch (see
@@ -205,9 +199,10 @@ class Sweep {
     info.describe = comm_.describe();
     info.iters = options_.iters;
     info.warmup_iters = options_.warmup_iters;
+    info.environment = measured_environment(EnvScope::kHost);
     if (options_.compare_mpi) {
       info.mpi_library = mpi::library_version();
-      info.malloc_keeps_freed = malloc_keeps_freed();
+      info.malloc_keeps_freed = malloc_not_as_recommended().empty();
     }
     if (options_.compare_gloo) info.gloo_library = gloo_baseline::library_version();
     return info;
@@ -226,7 +221,10 @@ class Sweep {
               << "# time: median iteration time of each rank, max over ranks; algbw = size / time;"
               << " busbw = algbw * " << collective_.busbw_factor(comm_.world_size()) << "\n#\n"
               << "# Backend: " << requested_backend(options_) << " requested; used: "
-              << comm_.describe() << "\n";
+              << comm_.describe() << "\n"
+              << "# Environment: "
+              << describe_environment(measured_environment(EnvScope::kHost), options_.backend)
+              << "\n";
     if (options_.compare_mpi) print_mpi_banner();
     if (options_.compare_gloo) {
       std::cout
@@ -254,13 +252,22 @@ class Sweep {
   // Which MPI, and whether it runs at its best: Open MPI's MPI_Allreduce mallocs a message-sized
   // temporary per call, and glibc gives large freed blocks back to the kernel, so without the two
   // variables every call first-touches fresh pages (~11 us per 4 KiB here) inside the timing.
+  // The advice is printed only to a run that lacks them (mpirun -x passes them to the ranks, so
+  // this process's environment is what the ranks got).
   static void print_mpi_banner() {
+    const std::vector<std::string> missing = malloc_not_as_recommended();
     std::cout << "# MPI: " << mpi::library_version() << "\n"
+              << "# glibc keeps freed memory in this run: ";
+    if (missing.empty()) {
+      std::cout << "yes (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1)\n";
+      return;
+    }
+    std::cout << "no (";
+    for (std::size_t i = 0; i < missing.size(); ++i) std::cout << (i ? ", " : "") << missing[i];
+    std::cout << ")\n"
               << "# MPI at its best: mpirun -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=-1 ..."
               << " (glibc keeps freed memory: MPI_Allreduce mallocs a message-sized temporary per"
-              << " call and first-touching fresh pages costs ~11 us per 4 KiB here)\n"
-              << "# glibc keeps freed memory in this run: "
-              << (malloc_keeps_freed() ? "yes" : "no (MALLOC_MMAP_MAX_ is not 0)") << "\n";
+              << " call and first-touching fresh pages costs ~11 us per 4 KiB here)\n";
   }
 
   const CollectiveDescriptor& collective_;

@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/flag_checks.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
 
@@ -133,10 +134,11 @@ void validate(const BenchOptions& o) {
     throw InvalidArgument("--minbytes " + std::to_string(o.min_bytes) + " is larger than --maxbytes " +
                           std::to_string(o.max_bytes));
   }
-  if (!(o.step_factor > 1)) throw InvalidArgument("--stepfactor must be > 1");
-  if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
-  if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
-  if (o.root < 0) throw InvalidArgument("--root must be >= 0");
+  check_flag_above("-f/--stepfactor", o.step_factor, 1);
+  check_flag_at_least("-n/--iters", o.iters, 1);
+  check_flag_at_least("-w/--warmup_iters", o.warmup_iters, 0);
+  check_flag_0_or_1("-c/--check", o.check);
+  check_flag_at_least("-r/--root", o.root, 0);
   const bool device = o.backend == "nccl";
   if (o.compare_nccl && !device) {
     throw InvalidArgument(
@@ -252,10 +254,11 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
                                                   bool print, int* exit_status) {
   BucketOptions o;
   std::string size = "25M", dtype = "float32", op = "sum", bytes_per_pack = "0";
+  long long tensors = static_cast<long long>(o.tensors);  // signed: "-t -1" must not wrap
   CLI::App app{std::string(program) +
                ": many small gradient tensors all-reduced through the strategy's buckets against "
                "one all-reduce per tensor"};
-  app.add_option("-t,--tensors", o.tensors, "Gradient tensors (sizes like a CNN's)")
+  app.add_option("-t,--tensors", tensors, "Gradient tensors (sizes like a CNN's)")
       ->capture_default_str();
   app.add_option("-s,--size", size, "All tensors together, in bytes (K/M/G ok)")
       ->capture_default_str();
@@ -282,14 +285,16 @@ std::optional<BucketOptions> parse_bucket_options(int argc, char** argv, std::st
     o.bytes_per_pack = parse_byte_size(bytes_per_pack);
     o.dtype = parse_dtype(dtype);
     o.op = parse_reduce_op(op);
-    if (o.tensors < 1) throw InvalidArgument("--tensors must be >= 1");
+    check_flag_at_least("-t/--tensors", tensors, 1);
+    o.tensors = static_cast<std::size_t>(tensors);
     if (o.total_bytes / dtype_size(o.dtype) < o.tensors) {
       throw InvalidArgument("--size " + std::to_string(o.total_bytes) + " holds fewer " +
                             std::string(to_string(o.dtype)) + " elements than --tensors " +
                             std::to_string(o.tensors));
     }
-    if (o.iters < 1) throw InvalidArgument("--iters must be >= 1");
-    if (o.warmup_iters < 0) throw InvalidArgument("--warmup_iters must be >= 0");
+    check_flag_at_least("-n/--iters", o.iters, 1);
+    check_flag_at_least("-w/--warmup_iters", o.warmup_iters, 0);
+    check_flag_0_or_1("-c/--check", o.check);
     check_mpi_backend(o.backend, program);
     check_json_path(o.json_path);
   } catch (const CLI::ParseError& e) {

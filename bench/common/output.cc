@@ -204,7 +204,7 @@ void print_table_footer(std::ostream& out, const Summary& s) {
 }
 
 void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
-                const Summary& summary) {
+                const Summary& summary, const SweepFailure* failure) {
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   for (const auto& row : rows) {
     nlohmann::ordered_json o;
@@ -239,6 +239,19 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
     }
     array.push_back(std::move(o));
   }
+  if (failure != nullptr) {
+    nlohmann::ordered_json f;
+    f["record"] = "failure";
+    f["collective"] = info.collective;
+    f["size"] = failure->bytes;
+    f["count"] = failure->count;
+    f["type"] = failure->type;
+    f["redop"] = failure->redop;
+    f["ranks"] = info.ranks;
+    f["backend"] = info.backend;
+    f["error"] = failure->error;
+    array.push_back(std::move(f));
+  }
   nlohmann::ordered_json s;
   s["record"] = "summary";
   s["collective"] = info.collective;
@@ -247,9 +260,13 @@ void write_json(const std::string& path, const std::vector<ResultRow>& rows, con
   s["describe"] = info.describe;
   s["iters"] = info.iters;
   s["warmup_iters"] = info.warmup_iters;
+  nlohmann::ordered_json environment = nlohmann::ordered_json::object();
+  for (const EnvSetting& e : info.environment) environment[e.name] = e.value;
+  s["environment"] = std::move(environment);
   s["rows"] = rows.size();
+  s["complete"] = failure == nullptr;
   s["out_of_bounds"] = summary.out_of_bounds;
-  s["ok"] = summary.out_of_bounds == 0;
+  s["ok"] = failure == nullptr && summary.out_of_bounds == 0;
   s["avg_busbw"] = summary.avg_busbw;
   if (summary.has_mpi) {
     s["avg_mpi_busbw"] = summary.avg_mpi_busbw;
@@ -344,6 +361,9 @@ void write_bucket_json(const std::string& path, const BucketRow& row, const Buck
   o["wrong"] = row.wrong < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(row.wrong);
   o["iters"] = info.iters;
   o["warmup_iters"] = info.warmup_iters;
+  nlohmann::ordered_json environment = nlohmann::ordered_json::object();
+  for (const EnvSetting& e : info.environment) environment[e.name] = e.value;
+  o["environment"] = std::move(environment);
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   array.push_back(std::move(o));
   write_file(path, array);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/run_environment.h"
+
 namespace mwms::bench {
 
 /// One size of the sweep, already reduced across ranks.
@@ -77,9 +79,22 @@ struct RunInfo {
   int iters = 0;
   int warmup_iters = 0;
   std::string mpi_library;  ///< --compare mpi: MPI_Get_library_version's first line, else empty
-  bool malloc_keeps_freed = false;  ///< MALLOC_MMAP_MAX_=0 was set (Open MPI at its best)
+  /// MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_=-1 were set (Open MPI at its best)
+  bool malloc_keeps_freed = false;
   std::string gloo_library;  ///< --compare gloo: "gloo 0.5.0 (tcp transport)", else empty
   std::string nccl_library;  ///< --backend nccl: "NCCL 2.28.9", else empty
+  /// The variables that forced or tuned what was measured (measured_environment()), rank 0's.
+  std::vector<EnvSetting> environment;
+};
+
+/// A size of the sweep that failed (its collective threw): what the JSON records after the rows
+/// measured before it.
+struct SweepFailure {
+  std::size_t bytes = 0;  ///< the whole in-place buffer, as a row's size
+  std::size_t count = 0;  ///< its elements, as a row's count
+  std::string type;
+  std::string redop;
+  std::string error;  ///< the exception's what()
 };
 
 /// The column header lines ("#  size  count ..." and the units line); the MPI columns, then the
@@ -100,10 +115,13 @@ void print_table_footer(std::ostream& out, const Summary& summary);
 /// collective, size, count, type, redop, ranks, backend, time_us, algbw, busbw, wrong (null when
 /// not checked) and, for --compare mpi, mpi_time_us, mpi_busbw, ratio, for --compare gloo,
 /// gloo_ring_time_us, gloo_ring_busbw, gloo_hd_time_us, gloo_hd_busbw, gloo_ratio, for --compare
-/// nccl, nccl_time_us, nccl_busbw, nccl_ratio), then one summary object ("record": "summary": the
-/// RunInfo and the Summary). @throws mwms::BackendError if unwritable.
+/// nccl, nccl_time_us, nccl_busbw, nccl_ratio), then, when `failure` is given, one object
+/// ("record": "failure": collective, size, count, type, redop, ranks, backend, error), then one
+/// summary object ("record": "summary": the RunInfo, with "environment" an object of its
+/// settings, and the Summary; "complete" false and "ok" false after a failure).
+/// @throws mwms::BackendError if unwritable.
 void write_json(const std::string& path, const std::vector<ResultRow>& rows, const RunInfo& info,
-                const Summary& summary);
+                const Summary& summary, const SweepFailure* failure = nullptr);
 
 /// One configuration of bucket_perf: `tensors` gradient tensors of `bytes` in all, all-reduced
 /// once through the strategy's buckets (CPU: MultiWorkerMirroredStrategy::all_reduce_gradients;
@@ -141,11 +159,14 @@ struct BucketRunInfo {
   std::size_t bytes_per_pack = 0;  ///< the strategy's effective bucket size (0 on the device)
   int iters = 0;
   int warmup_iters = 0;
+  /// The variables that forced or tuned what was measured (measured_environment()), rank 0's,
+  /// read before --backend is handed to the strategy as MWMS_TRANSPORT.
+  std::vector<EnvSetting> environment;
 };
 /// Writes bucket_perf's JSON array to `path`: one object ("record": "row", "tool": "bucket_perf",
 /// buffers, ranks, backend, describe, tensors, size, smallest, largest, type, redop,
 /// bytes_per_pack, buckets, bucketed_time_us, bucketed_busbw, separate_time_us, separate_busbw,
-/// speedup, wrong (null when unchecked), iters, warmup_iters). @throws mwms::BackendError if
+/// speedup, wrong (null when unchecked), iters, warmup_iters, environment (an object)). @throws mwms::BackendError if
 /// unwritable.
 void write_bucket_json(const std::string& path, const BucketRow& row, const BucketRunInfo& info);
 

@@ -19,6 +19,9 @@ namespace mwms::bench {
 /// collective (every rank calls it for the same counts in the same order). The leader (rank 0)
 /// prints each row as it comes, then the footer, and writes the JSON to `options.json_path` when
 /// set, with `run_info()` (called on the leader only, after the last row).
+/// When `measure` throws, the leader first writes the JSON (when set) with the rows measured so
+/// far and a failure record of that size and the error (Note [partial json] in size_sweep.cc;
+/// a write error then goes to stderr), and the exception propagates: no footer is printed.
 /// Returns the exit status: 1 when any row has wrong elements, else 0.
 /// Blocking as `measure` is; @throws whatever `measure` throws, and write_json()'s BackendError.
 int sweep_sizes(const CollectiveDescriptor& collective, const BenchOptions& options,

@@ -5,10 +5,12 @@
 #include "common/options.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "common/flag_checks.h"
 #include "mwms/errors.h"
 
 namespace {
@@ -153,4 +155,51 @@ TEST_CASE("bucket_perf flags: defaults are issue 6's 200 tensors of 25 MiB", "[u
                                                   "bucket_perf", false, &status));
     CHECK(status == 2);
   }
+}
+
+TEST_CASE("bench flags: 0/1 and bounded flags outside their range exit 2", "[unit][bench]") {
+  int status = 0;
+  for (auto bad : {std::vector<const char*>{"-c", "2"}, std::vector<const char*>{"-c", "-1"},
+                   std::vector<const char*>{"--check", "10"}, std::vector<const char*>{"-n", "0"},
+                   std::vector<const char*>{"-w", "-1"}, std::vector<const char*>{"-f", "1"},
+                   std::vector<const char*>{"-f", "0.5"}}) {
+    Argv a({bad[0], bad[1]});
+    INFO(bad[0] << " " << bad[1]);
+    status = -1;
+    CHECK_FALSE(mwms::bench::parse_options(a.argc(), a.argv(), "all_reduce_perf", false, &status));
+    CHECK(status == 2);
+  }
+  Argv root({"-r", "-1"});
+  CHECK_FALSE(mwms::bench::parse_options(root.argc(), root.argv(), "broadcast_perf", false,
+                                         &status, mwms::bench::ToolFlags{true, false}));
+  CHECK(status == 2);
+  for (const char* check : {"0", "1"}) {
+    auto o = parse({"-c", check}, &status);
+    REQUIRE(o);
+    CHECK(o->check == (check[0] - '0'));
+  }
+  for (auto bad : {std::vector<const char*>{"-c", "2"}, std::vector<const char*>{"-t", "-1"},
+                   std::vector<const char*>{"-w", "-1"}}) {
+    Argv a({bad[0], bad[1]});
+    INFO(bad[0] << " " << bad[1]);
+    status = -1;
+    CHECK_FALSE(
+        mwms::bench::parse_bucket_options(a.argc(), a.argv(), "bucket_perf", false, &status));
+    CHECK(status == 2);
+  }
+}
+
+TEST_CASE("bench flag checks name the flag, the value and the rule", "[unit][bench]") {
+  CHECK_THROWS_WITH(mwms::bench::check_flag_0_or_1("-c/--check", 2),
+                    "-c/--check 2: must be 0 or 1");
+  CHECK_NOTHROW(mwms::bench::check_flag_0_or_1("-c/--check", 0));
+  CHECK_NOTHROW(mwms::bench::check_flag_0_or_1("-c/--check", 1));
+  CHECK_THROWS_WITH(mwms::bench::check_flag_at_least("-n/--iters", 0, 1),
+                    "-n/--iters 0: must be >= 1");
+  CHECK_NOTHROW(mwms::bench::check_flag_at_least("-n/--iters", 1, 1));
+  CHECK_THROWS_WITH(mwms::bench::check_flag_above("-f/--stepfactor", 1, 1),
+                    "-f/--stepfactor 1: must be > 1");
+  CHECK_THROWS_AS(mwms::bench::check_flag_above("-f/--stepfactor", std::nan(""), 1),
+                  mwms::InvalidArgument);
+  CHECK_NOTHROW(mwms::bench::check_flag_above("-f/--stepfactor", 1.5, 1));
 }

@@ -130,6 +130,7 @@ TEST_CASE("bench JSON: nccl keys in rows and summary", "[unit][bench]") {
   info.ranks = 1;
   info.backend = "nccl";
   info.nccl_library = "NCCL 2.28.9";
+  info.environment = {{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}};
   const std::vector<ResultRow> rows{r};
   const std::string path = "bench_output_test_nccl.json";
   mwms::bench::write_json(path, rows, info, mwms::bench::summarize(rows));
@@ -142,6 +143,10 @@ TEST_CASE("bench JSON: nccl keys in rows and summary", "[unit][bench]") {
   CHECK(j[0]["nccl_ratio"].get<double>() == Approx(0.9));
   CHECK(j[1]["nccl_library"] == "NCCL 2.28.9");
   CHECK(j[1]["median_nccl_ratio_16m"].get<double>() == Approx(0.9));
+  // The variables that forced what was measured, as an object in the summary.
+  CHECK(j[1]["environment"].dump() == R"({"NCCL_ALGO":"Ring","NCCL_PROTO":"Simple"})");
+  CHECK(j[1]["complete"] == true);
+  CHECK(j[1]["ok"] == true);
 }
 
 TEST_CASE("bucket_perf: row and speedup footer and JSON", "[unit][bench]") {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "mwms/errors.h"
+
 namespace {
 
 using mwms::bench::BenchOptions;
@@ -119,4 +121,67 @@ TEST_CASE("bench sweep: a row starts with the buffer's count, bytes, type and re
   CHECK(row.wrong == -1);
   d.uses_op = false;  // all-gather, broadcast
   CHECK(mwms::bench::start_row(d, o, 5).redop == "none");
+}
+
+TEST_CASE("bench sweep: a size that fails keeps the rows before it in the JSON", "[unit][bench]") {
+  CollectiveDescriptor d = descriptor();
+  d.uses_op = true;
+  BenchOptions o = options(8, 64);
+  o.json_path = "size_sweep_partial_test.json";
+  std::remove(o.json_path.c_str());
+  std::vector<std::size_t> counts;
+  const auto measure = [&](std::size_t count) {
+    counts.push_back(count);
+    if (count == 8) throw mwms::PeerError("rank 1 closed its connection");
+    return row_for(count, 0);
+  };
+  const auto info = [] {
+    RunInfo i;
+    i.collective = "all_reduce";
+    i.ranks = 2;
+    i.backend = "tcp";
+    return i;
+  };
+  // Not the leader: the error goes on and nothing is written.
+  CHECK_THROWS_AS(mwms::bench::sweep_sizes(d, o, 2, /*leader=*/false, measure, info),
+                  mwms::PeerError);
+  CHECK_FALSE(std::ifstream(o.json_path));
+  // The leader: the same error goes on, after the JSON of rows 8 and 16 B and the failed 32 B.
+  counts.clear();
+  CHECK_THROWS_WITH(mwms::bench::sweep_sizes(d, o, 2, /*leader=*/true, measure, info),
+                    Catch::Contains("rank 1 closed its connection"));
+  CHECK(counts == std::vector<std::size_t>{2, 4, 8});  // nothing measured after the failure
+  std::ifstream in(o.json_path);
+  REQUIRE(in);
+  const nlohmann::json records = nlohmann::json::parse(in);
+  std::remove(o.json_path.c_str());
+  REQUIRE(records.size() == 4);
+  CHECK(records[0]["record"] == "row");
+  CHECK(records[0]["size"] == 8);
+  CHECK(records[1]["size"] == 16);
+  const nlohmann::json& failure = records[2];
+  CHECK(failure["record"] == "failure");
+  CHECK(failure["size"] == 32);
+  CHECK(failure["count"] == 8);
+  CHECK(failure["type"] == "float32");
+  CHECK(failure["redop"] == "sum");
+  CHECK(failure["backend"] == "tcp");
+  CHECK_THAT(failure["error"].get<std::string>(), Catch::Contains("rank 1 closed its connection"));
+  const nlohmann::json& summary = records[3];
+  CHECK(summary["record"] == "summary");
+  CHECK(summary["rows"] == 2);
+  CHECK(summary["complete"] == false);
+  CHECK(summary["ok"] == false);
+}
+
+TEST_CASE("bench sweep: an unwritable JSON after a failed size does not hide the failure",
+          "[unit][bench]") {
+  const CollectiveDescriptor d = descriptor();
+  BenchOptions o = options(8, 16);
+  o.json_path = "/nonexistent-dir/size_sweep_test.json";
+  CHECK_THROWS_AS(mwms::bench::sweep_sizes(
+                      d, o, 2, /*leader=*/true,
+                      [](std::size_t) -> ResultRow { throw mwms::TimeoutError("rank 1 is silent"); },
+                      [] { return RunInfo{}; }),
+                  mwms::TimeoutError);
 }
