@@ -188,6 +188,64 @@ TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tc
   }
 }
 
+TEST_CASE("a barrier that disagrees across ranks shows what differs on each side", "[tcp][fault]") {
+  // Note [mismatch text] in src/collective/frame.cc. A barrier runs the all-reduce algorithms, so
+  // ranks forcing different ones disagree on barrier calls that otherwise look alike: each side
+  // must show its algorithm tag and the text must say what differs, not print two like barriers.
+  struct Variant {
+    const char* name;
+    bool rank1_all_reduce;   // rank 1 calls a one-int32 all_reduce instead of the barrier
+    const char* rank0_sees;  // rank 0 forces ring
+    const char* rank1_sees;  // rank 1 forces rd
+  };
+  const Variant variants[] = {
+      {"algorithm", false,
+       "this rank called barrier() seq 0 [ring] but peer rank 1 called barrier() seq 0 [rd] "
+       "(they differ in algorithm)",
+       "this rank called barrier() seq 0 [rd] but peer rank 0 called barrier() seq 0 [ring] "
+       "(they differ in algorithm)"},
+      {"collective", true,
+       "this rank called barrier() seq 0 [ring] but peer rank 1 called all_reduce(count 1, int32, "
+       "sum) seq 0 [rd] (they differ in collective, algorithm)",
+       "this rank called all_reduce(count 1, int32, sum) seq 0 [rd] but peer rank 0 called "
+       "barrier() seq 0 [ring] (they differ in collective, algorithm)"},
+  };
+  for (const Variant& bad : variants) {
+    INFO("the ranks differ in " << bad.name);
+    LaunchOptions opts;
+    opts.world_size = 2;
+    opts.timeout_seconds = 30;
+    auto results = run_ranks(opts, [&bad](int rank, const std::string& tf_config, auto report) {
+      mwms::CommunicatorOptions o = quick(10);
+      o.algorithm = rank == 0 ? "ring" : "rd";
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
+      std::int32_t one = 1;
+      try {
+        if (rank == 1 && bad.rank1_all_reduce) {
+          comm->all_reduce(&one, 1, mwms::DataType::kInt32, mwms::ReduceOp::kSum);
+        } else {
+          comm->barrier();
+        }
+      } catch (const mwms::CollectiveMismatchError& e) {
+        report(std::string("mismatch: ") + e.what());
+        throw;
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    REQUIRE(results.size() == 2);
+    CHECK(results[0].exit_code == 1);
+    CHECK(results[1].exit_code == 1);
+    // Whichever rank reads the other's frame first reports the mismatch itself; the other may
+    // learn of it through the relayed abort, which carries the first rank's text.
+    const bool rank0_saw = results[0].output.find(bad.rank0_sees) != std::string::npos ||
+                           results[1].output.find(bad.rank0_sees) != std::string::npos;
+    const bool rank1_saw = results[0].output.find(bad.rank1_sees) != std::string::npos ||
+                           results[1].output.find(bad.rank1_sees) != std::string::npos;
+    CHECK((rank0_saw || rank1_saw));
+    for (const ChildResult& r : results) CHECK_THAT(r.output, Contains("mismatch: "));
+  }
+}
+
 TEST_CASE("a peer killed in the middle of an all-reduce makes every survivor fail naming it",
           "[tcp][fault]") {
   LaunchOptions opts;
