@@ -129,7 +129,12 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   if (!alone) {
     if (transport != "shm" && transport != "mpi") mine.blobs["tcp"] = tcp_address_blob();
     for (TransportKind k : {TransportKind::kShm, TransportKind::kMpi}) {
-      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi")) continue;
+      // Only the chosen transport's links exist under tcp and mpi (choose_transports): a shm
+      // segment there would be made, published and freed unused.
+      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi") ||
+          (k == TransportKind::kShm && transport == "mpi")) {
+        continue;
+      }
       std::unique_ptr<Transport> t = make_transport(k, topts);
       if (!t) continue;
       mine.blobs[transport_name(k)] = t->local_address();
