@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -126,7 +130,15 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
   LaunchOptions opts;
   opts.world_size = 2;
   opts.timeout_seconds = 30;
-  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    // The leader's log goes to a file (set before anything logs: the child reads it once), read
+    // 2 s into its 5 s wait: the refusal must be there already.
+    const std::string log = "/tmp/mwms-errors-test-" + std::to_string(::getpid()) + ".log";
+    if (rank == 0) {
+      std::remove(log.c_str());
+      ::setenv("MWMS_LOG_FILE", log.c_str(), 1);
+      ::setenv("MWMS_LOG_LEVEL", "warn", 1);
+    }
     auto cluster = mwms::resolve_tf_config(tf_config);
     if (rank == 1) {
       // Worker 1 believes there is a third worker (a stale or hand-edited TF_CONFIG).
@@ -134,7 +146,24 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
       jobs["worker"].push_back("localhost:1");
       cluster = mwms::resolve_explicit(mwms::ClusterSpec(jobs), cluster.task);
     }
-    mwms::Communicator::create(cluster, quick(5));
+    std::thread early;
+    if (rank == 0) {
+      early = std::thread([&log, report] {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        std::ifstream in(log);
+        std::stringstream text;
+        text << in.rdbuf();
+        report("leader log after 2 s: " + text.str());
+      });
+    }
+    try {
+      mwms::Communicator::create(cluster, quick(5));
+    } catch (...) {
+      if (early.joinable()) early.join();
+      std::remove(log.c_str());
+      throw;
+    }
+    if (early.joinable()) early.join();
   });
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) {
@@ -142,6 +171,51 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
     CHECK_THAT(r.output, Contains("worker 1"));
   }
   CHECK_THAT(results[0].output, Contains("cluster specs differ"));
+  // Note [rendezvous admission]: without a key the leader waits out its connect timeout, but it
+  // says so at once, and its timeout error gives the missing task the refused hello (source
+  // address and reason).
+  const std::string& leader = results[0].output;
+  const std::size_t log_at = leader.find("leader log after 2 s: ");
+  REQUIRE(log_at != std::string::npos);
+  const std::string early_log = leader.substr(log_at, leader.find("\n", log_at + 30) - log_at);
+  CHECK_THAT(early_log, Contains("WARN BOOT"));
+  CHECK_THAT(early_log, Contains("rendezvous: refused a connection from 127.0.0.1:"));
+  CHECK_THAT(early_log, Contains("still waiting for worker 1"));
+  CHECK_THAT(results[0].output, Contains("every task must be started with the same cluster; still "
+                                         "waiting for worker 1 at localhost:"));
+  CHECK_THAT(results[0].output, Contains(" for up to 5.0 s in all (MWMS_CONNECT_TIMEOUT_SECONDS; "
+                                         "without MWMS_AUTH_KEY an unproven hello cannot stop "
+                                         "the job)"));
+  CHECK_THAT(results[0].output, Contains("waited 5.0 s for every task to join the rendezvous; "
+                                         "never arrived: worker 1 (localhost:"));
+  CHECK_THAT(results[0].output, Contains(") [its hello was refused: a connection from 127.0.0.1:"));
+  CHECK(results[1].seconds < 3);  // the refused worker is told why at once
+}
+
+TEST_CASE("with MWMS_AUTH_KEY a task started with another cluster stops the job at once",
+          "[tcp][fault]") {
+  // Note [rendezvous admission]: a hello that proved the key comes from a task of this job, so
+  // its mismatch is final and nobody waits for the connect timeout (30 s here).
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    if (!mwms::testing::set_env_in_child("MWMS_AUTH_KEY", "a shared test key", report)) return;
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    if (rank == 1) {
+      auto jobs = cluster.cluster.jobs();
+      jobs["worker"].push_back("localhost:1");
+      cluster = mwms::resolve_explicit(mwms::ClusterSpec(jobs), cluster.task);
+    }
+    mwms::Communicator::create(cluster, quick(30));
+  });
+  INFO(mwms::testing::describe(results));
+  if (mwms::testing::skipped_for_cached_env(results)) return;
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Contains("cluster specs differ: worker 1 (localhost:"));
+    CHECK(r.seconds < 10);
+  }
 }
 
 TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tcp][fault]") {
