@@ -114,10 +114,12 @@ struct Admission {
   std::string waiting_note;           // " for up to 60.0 s in all (...)", for the warning
 
   // Records a refusal of a hello claiming `rank` (-1: none readable); warns at once that the
-  // leader keeps waiting (Note [rendezvous admission]).
-  void refused(const std::string& text, int rank, const std::string& still_missing) {
+  // leader keeps waiting (Note [rendezvous admission]); `grace` for a key mismatch, which stops
+  // the job unless another connection proves the key for that rank.
+  void refused(const std::string& text, int rank, const std::string& still_missing,
+               const std::string& grace = "") {
     MWMS_LOG_WARN(kBoot, "rendezvous: refused " << text << "; still waiting for " << still_missing
-                                                << waiting_note);
+                                                << (grace.empty() ? waiting_note : grace));
     if (refusals.size() >= kMaxRefusalsKept) return;
     refusals.push_back(text);
     if (rank >= 0) refused_claims[rank].push_back(text);
@@ -218,7 +220,8 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
   a.conns.resize(n);
   a.sources.resize(n);
   a.seen.assign(n, false);
-  a.waiting_note = " for up to " + fmt_seconds(timeout) + " in all (MWMS_CONNECT_TIMEOUT_SECONDS; " +
+  a.waiting_note = " for up to " + fmt_seconds(timeout) +
+                   " in all (MWMS_CONNECT_TIMEOUT_SECONDS; " +
                    (key.enabled() ? "a hello that did not prove MWMS_AUTH_KEY"
                                   : "without MWMS_AUTH_KEY an unproven hello") +
                    " cannot stop the job)";
@@ -234,8 +237,13 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
       std::string text = "a connection from " + ev->source +
                          (r >= 0 ? " claiming " + claimed_task(*c, r) : std::string()) + ": " +
                          ev->reason;
-      a.refused(text, r, missing_tasks(*c, a, false));
-      if (ev->key_mismatch && r > 0 && r < n && !a.seen[r] && !a.mismatches.count(r)) {
+      const bool grace = ev->key_mismatch && r > 0 && r < n && !a.seen[r];
+      a.refused(text, r, missing_tasks(*c, a, false),
+                grace ? " (the job stops " + fmt_seconds(kMismatchGraceSeconds) + " after the "
+                        "first such refusal unless a task proves the key for " +
+                        c->task_name_of_rank(r) + ")"
+                      : std::string());
+      if (grace && !a.mismatches.count(r)) {
         a.mismatches[r] = {common::deadline_after(kMismatchGraceSeconds), text};
       }
     }

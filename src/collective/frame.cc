@@ -61,7 +61,9 @@ std::string describe_showing(const FrameHeader& h, unsigned extra) {
   std::string fields;
   auto add = [&fields](const std::string& f) { fields += (fields.empty() ? "" : ", ") + f; };
   if (has_data || (extra & kDiffCount) != 0) add("count " + std::to_string(h.count));
-  if (has_data || (extra & kDiffDtype) != 0) add(std::string(to_string(static_cast<DataType>(h.dtype))));
+  if (has_data || (extra & kDiffDtype) != 0) {
+    add(std::string(to_string(static_cast<DataType>(h.dtype))));
+  }
   if (has_op || (extra & kDiffOp) != 0) add(std::string(to_string(static_cast<ReduceOp>(h.op))));
   if (kind == CollectiveKind::kBroadcast || (extra & kDiffRoot) != 0) {
     add("root " + std::to_string(h.root));
