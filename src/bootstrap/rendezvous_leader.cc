@@ -35,6 +35,15 @@ using nlohmann::json;
 // - A connection claiming rank r that fails the key proof is refused; when no task has proven
 //   rank r within kMismatchGraceSeconds of it, the job stops with that key mismatch. A real task
 //   with another key so fails both ends quickly, while a stranger can never take a rank.
+// - Waiting on after a refusal must not look like a hang: each refusal is logged at warn when it
+//   happens, saying that the leader keeps waiting for the tasks still missing and until when;
+//   the periodic "waiting for" lines and the final timeout error give each missing task the
+//   refusals of hellos that claimed it (source address and reason), and list the others apart.
+//   With a key the same checks stop the job at once instead (the `authenticated` case of
+//   admit()): only a holder of the key can send a proven hello, so its cluster, world size or
+//   rank mismatch is a real task of this job started wrongly, and waiting out the timeout could
+//   only end in the same error. Without a key that shortcut would let any client that can reach
+//   the port stop the job, so the leader waits, and says so.
 constexpr double kHelloSeconds = 3.0;
 constexpr double kMismatchGraceSeconds = 5.0;
 constexpr std::size_t kMaxRefusalsKept = 8;
@@ -99,14 +108,51 @@ struct Admission {
   std::vector<bool> seen;
   int arrived = 1;
   std::vector<std::string> refusals;  // the first kMaxRefusalsKept, for the timeout error
+  std::map<int, std::vector<std::string>> refused_claims;  // by claimed rank, within the bound
   std::map<int, std::pair<Deadline, std::string>> mismatches;  // by rank: grace end, refusal
   std::string fatal;                  // the error that stops the job
+  std::string waiting_note;           // " for up to 60.0 s in all (...)", for the warning
 
-  void refused(const std::string& text) {
-    MWMS_LOG_WARN(kBoot, "rendezvous: refused " << text);
-    if (refusals.size() < kMaxRefusalsKept) refusals.push_back(text);
+  // Records a refusal of a hello claiming `rank` (-1: none readable); warns at once that the
+  // leader keeps waiting (Note [rendezvous admission]); `grace` for a key mismatch, which stops
+  // the job unless another connection proves the key for that rank.
+  void refused(const std::string& text, int rank, const std::string& still_missing,
+               const std::string& grace = "") {
+    MWMS_LOG_WARN(kBoot, "rendezvous: refused " << text << "; still waiting for " << still_missing
+                                                << (grace.empty() ? waiting_note : grace));
+    if (refusals.size() >= kMaxRefusalsKept) return;
+    refusals.push_back(text);
+    if (rank >= 0) refused_claims[rank].push_back(text);
   }
 };
+
+// "worker 1 at localhost:2222" ("worker 1 (localhost:2222)" with `parens`, as in the timeout
+// error) for each rank not yet admitted; with `refusals`, each followed by the refused hellos that
+// claimed it, then the refusals that claimed no missing rank.
+std::string missing_tasks(const ResolvedCluster& c, const Admission& a, bool refusals,
+                          bool parens = false) {
+  std::string list;
+  for (int r = 1; r < c.num_workers; ++r) {
+    if (a.seen[r]) continue;
+    std::string where = c.ring[r].empty() ? std::string("address not announced") : c.ring[r];
+    list += (list.empty() ? "" : ", ") + c.task_name_of_rank(r) +
+            (parens ? " (" + where + ")" : " at " + where);
+    auto it = a.refused_claims.find(r);
+    if (!refusals || it == a.refused_claims.end()) continue;
+    for (const std::string& text : it->second) list += " [its hello was refused: " + text + "]";
+  }
+  if (!refusals) return list;
+  std::string others;
+  for (const std::string& text : a.refusals) {
+    bool listed = false;
+    for (const auto& [r, texts] : a.refused_claims) {
+      if (r <= 0 || r >= c.num_workers || a.seen[r]) continue;
+      for (const std::string& t : texts) listed = listed || t == text;
+    }
+    if (!listed) others += (others.empty() ? "" : "; ") + text;
+  }
+  return others.empty() ? list : list + "; also refused: " + others;
+}
 
 // Frees the rank of a task whose connection closed before the answer (it restarted, or died).
 void drop_departed(const ResolvedCluster& c, Admission* a) {
@@ -148,7 +194,7 @@ void admit(ResolvedCluster* c, HandshakeEvent ev, bool authenticated, Admission*
     if (authenticated) {
       a->fatal = text;  // its sender holds the key: a real task of this job is misconfigured
     } else {
-      a->refused(from + ": " + error);
+      a->refused(from + ": " + error, rank, missing_tasks(*c, *a, false));
     }
     return;
   }
@@ -174,16 +220,12 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
   a.conns.resize(n);
   a.sources.resize(n);
   a.seen.assign(n, false);
+  a.waiting_note = " for up to " + fmt_seconds(timeout) +
+                   " in all (MWMS_CONNECT_TIMEOUT_SECONDS; " +
+                   (key.enabled() ? "a hello that did not prove MWMS_AUTH_KEY"
+                                  : "without MWMS_AUTH_KEY an unproven hello") +
+                   " cannot stop the job)";
   WaitLog wait_log(timeout);
-  auto missing = [&]() {
-    std::string list;
-    for (int r = 1; r < n; ++r) {
-      if (a.seen[r]) continue;
-      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
-      list += (list.empty() ? "" : ", ") + c->task_name_of_rank(r) + " at " + where;
-    }
-    return list;
-  };
   while (a.arrived < n && a.fatal.empty() && common::Clock::now() < deadline) {
     std::optional<HandshakeEvent> ev =
         server.next(std::min(deadline, common::deadline_after(0.5)));
@@ -195,8 +237,13 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
       std::string text = "a connection from " + ev->source +
                          (r >= 0 ? " claiming " + claimed_task(*c, r) : std::string()) + ": " +
                          ev->reason;
-      a.refused(text);
-      if (ev->key_mismatch && r > 0 && r < n && !a.seen[r] && !a.mismatches.count(r)) {
+      const bool grace = ev->key_mismatch && r > 0 && r < n && !a.seen[r];
+      a.refused(text, r, missing_tasks(*c, a, false),
+                grace ? " (the job stops " + fmt_seconds(kMismatchGraceSeconds) + " after the "
+                        "first such refusal unless a task proves the key for " +
+                        c->task_name_of_rank(r) + ")"
+                      : std::string());
+      if (grace && !a.mismatches.count(r)) {
         a.mismatches[r] = {common::deadline_after(kMismatchGraceSeconds), text};
       }
     }
@@ -207,22 +254,14 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
                 "; every task must have the same MWMS_AUTH_KEY (or MWMS_AUTH_KEY_FILE)";
       break;
     }
-    wait_log.tick([&] { return "rendezvous: waiting for " + missing(); });
+    wait_log.tick([&] { return "rendezvous: waiting for " + missing_tasks(*c, a, true); });
   }
   std::string error = a.fatal;
   if (error.empty() && a.arrived < n) {
+    // Note [rendezvous admission]: each missing task with the refused hellos that claimed it.
     error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
-            " for every task to join the rendezvous; never arrived: ";
-    bool first = true;
-    for (int r = 1; r < n; ++r) {
-      if (a.seen[r]) continue;
-      std::string where = c->ring[r].empty() ? std::string("address not announced") : c->ring[r];
-      error += (first ? "" : ", ") + c->task_name_of_rank(r) + " (" + where + ")";
-      first = false;
-    }
-    for (std::size_t i = 0; i < a.refusals.size(); ++i) {
-      error += (i == 0 ? "; refused: " : "; ") + a.refusals[i];
-    }
+            " for every task to join the rendezvous; never arrived: " +
+            missing_tasks(*c, a, true, true);
   }
   json all = json::array();
   for (const PeerInfo& p : *peers) all.push_back(to_json(p));

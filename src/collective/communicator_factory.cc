@@ -127,8 +127,14 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   bootstrap::PeerInfo mine;
   mine.transport = transport;
   if (!alone) {
+    if (transport != "shm" && transport != "mpi") mine.blobs["tcp"] = tcp_address_blob();
     for (TransportKind k : {TransportKind::kShm, TransportKind::kMpi}) {
-      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi")) continue;
+      // Only the chosen transport's links exist under tcp and mpi (choose_transports): a shm
+      // segment there would be made, published and freed unused.
+      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi") ||
+          (k == TransportKind::kShm && transport == "mpi")) {
+        continue;
+      }
       std::unique_ptr<Transport> t = make_transport(k, topts);
       if (!t) continue;
       mine.blobs[transport_name(k)] = t->local_address();
@@ -159,6 +165,7 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   const ResolvedCluster& c = rv.cluster;
   const int n = c.num_workers;
   std::vector<TransportKind> kinds = choose_transports(c.task_id, rv.peers);
+  check_tcp_streams(c, rv.peers, kinds);  // Note [stream count agreement] (tcp_transport.cc)
   MeshSockets mesh = connect_mesh(c, rv.listener, kinds, connect_timeout);
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
   ConnectContext cctx;

@@ -1,5 +1,7 @@
 #include "collective/frame.h"
 
+#include <utility>
+
 #include "collective/algorithms/algorithm.h"
 
 namespace mwms::collective {
@@ -19,20 +21,76 @@ const char* kind_name(CollectiveKind kind) {
   return "unknown";
 }
 
-std::string describe(const FrameHeader& h) {
-  std::string out = std::string(kind_name(static_cast<CollectiveKind>(h.kind))) + "(count " +
-                    std::to_string(h.count) + ", " +
-                    std::string(to_string(static_cast<DataType>(h.dtype)));
-  auto kind = static_cast<CollectiveKind>(h.kind);
-  if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
-    out += ", " + std::string(to_string(static_cast<ReduceOp>(h.op)));
+namespace {
+
+// Which fields of `a` and `b` differ, one bit per field (kind, count, dtype, op, root, seq,
+// algorithm).
+enum : unsigned {
+  kDiffKind = 1, kDiffCount = 2, kDiffDtype = 4, kDiffOp = 8, kDiffRoot = 16, kDiffSeq = 32,
+  kDiffAlgorithm = 64,
+};
+unsigned differences(const FrameHeader& a, const FrameHeader& b) {
+  unsigned d = 0;
+  if (a.kind != b.kind) d |= kDiffKind;
+  if (a.count != b.count) d |= kDiffCount;
+  if (a.dtype != b.dtype) d |= kDiffDtype;
+  if (a.op != b.op) d |= kDiffOp;
+  if (a.root != b.root) d |= kDiffRoot;
+  if (a.seq != b.seq) d |= kDiffSeq;
+  if (a.algorithm != b.algorithm) d |= kDiffAlgorithm;
+  return d;
+}
+
+bool is_data_kind(CollectiveKind k) {
+  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduceScatter ||
+         k == CollectiveKind::kAllGather || k == CollectiveKind::kBroadcast ||
+         k == CollectiveKind::kBarrier;
+}
+
+// Note [mismatch text]: each side of a CollectiveMismatchError shows the fields its kind's users
+// pass (a barrier shows none: its count 1, int32, sum token is internal) plus the seq and the
+// algorithm tag, and, when both sides call the same kind, every other field in which they differ.
+// Without the last part two barriers that differ only in a hidden field (a count or dtype off a
+// corrupt-but-plausible or future peer) would print two identical calls; the algorithm tag is on
+// every data kind because barriers, like all-reduces, run the all-reduce algorithms (a forced
+// MWMS_ALGO or MWMS_SMALL_MESSAGE_BYTES that differs shows up there).
+std::string describe_showing(const FrameHeader& h, unsigned extra) {
+  const auto kind = static_cast<CollectiveKind>(h.kind);
+  const bool has_op = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+  const bool has_data = kind != CollectiveKind::kBarrier;
+  std::string fields;
+  auto add = [&fields](const std::string& f) { fields += (fields.empty() ? "" : ", ") + f; };
+  if (has_data || (extra & kDiffCount) != 0) add("count " + std::to_string(h.count));
+  if (has_data || (extra & kDiffDtype) != 0) {
+    add(std::string(to_string(static_cast<DataType>(h.dtype))));
   }
-  if (kind == CollectiveKind::kBroadcast) out += ", root " + std::to_string(h.root);
-  out += ") seq " + std::to_string(h.seq);
-  if (kind == CollectiveKind::kAllReduce) {
-    out += std::string(" [") + algorithm_name(h.algorithm) + "]";
+  if (has_op || (extra & kDiffOp) != 0) add(std::string(to_string(static_cast<ReduceOp>(h.op))));
+  if (kind == CollectiveKind::kBroadcast || (extra & kDiffRoot) != 0) {
+    add("root " + std::to_string(h.root));
+  }
+  std::string out = std::string(kind_name(kind)) + "(" + fields + ") seq " + std::to_string(h.seq);
+  if (is_data_kind(kind)) out += std::string(" [") + algorithm_name(h.algorithm) + "]";
+  return out;
+}
+
+// "count and algorithm" for the fields in `d`.
+std::string difference_names(unsigned d) {
+  static const std::pair<unsigned, const char*> kNames[] = {
+      {kDiffKind, "collective"}, {kDiffCount, "count"}, {kDiffDtype, "dtype"}, {kDiffOp, "op"},
+      {kDiffRoot, "root"},       {kDiffSeq, "seq"},     {kDiffAlgorithm, "algorithm"}};
+  std::string out;
+  for (const auto& [bit, name] : kNames) {
+    if ((d & bit) != 0) out += (out.empty() ? "" : ", ") + std::string(name);
   }
   return out;
+}
+
+}  // namespace
+
+std::string describe(const FrameHeader& h) { return describe_showing(h, 0); }
+
+std::string describe(const FrameHeader& h, const FrameHeader& other) {
+  return describe_showing(h, h.kind == other.kind ? differences(h, other) : 0);
 }
 
 void check_frame(const FrameHeader& expected, const FrameHeader& got, const ErrorContext& ctx) {
@@ -47,10 +105,13 @@ void check_frame(const FrameHeader& expected, const FrameHeader& got, const Erro
                    got.root == expected.root && got.seq == expected.seq &&
                    got.algorithm == expected.algorithm;
   if (!same_call) {
+    // Note [mismatch text].
     throw CollectiveMismatchError("ranks called different collectives: this rank called " +
-                                      describe(expected) + " but peer rank " +
-                                      std::to_string(ctx.peer_rank) + " called " + describe(got) +
-                                      "; every rank must call the same collectives in the same "
+                                      describe(expected, got) + " but peer rank " +
+                                      std::to_string(ctx.peer_rank) + " called " +
+                                      describe(got, expected) + " (they differ in " +
+                                      difference_names(differences(expected, got)) +
+                                      "); every rank must call the same collectives in the same "
                                       "order with the same count, dtype, op and root (and the "
                                       "same MWMS_SMALL_MESSAGE_BYTES and MWMS_ALGO)",
                                   ctx);

@@ -50,8 +50,12 @@ static_assert(sizeof(FrameHeader) == 44, "frame header layout is part of the wir
 
 /// "all_reduce", "broadcast", ...
 const char* kind_name(CollectiveKind kind);
-/// "all_reduce(count 10, float32, sum)" as the peer described it in `h`.
+/// "all_reduce(count 10, float32, sum) seq 3 [ring]", "barrier() seq 4 [rd]": the call `h`
+/// describes, with the fields its kind's caller passes, the seq and the algorithm tag.
 std::string describe(const FrameHeader& h);
+/// As describe(h), plus every field in which `h` differs from `other` when both are the same kind
+/// (Note [mismatch text] in frame.cc): the two sides of a mismatch never read the same.
+std::string describe(const FrameHeader& h, const FrameHeader& other);
 
 /// Checks `got` (from peer `ctx.peer_rank`) against `expected`. @throws PeerError for a bad magic
 /// or version (corrupt stream), CollectiveMismatchError when the calls differ.

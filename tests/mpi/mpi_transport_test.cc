@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bootstrap/mpi_runtime.h"
+#include "collective/transport/shm/shm_segment.h"
 #include "kernels/reduce.h"
 #include "mwms/mwms.h"
 #include "support/values.h"
@@ -110,7 +113,39 @@ void check_broadcast(mwms::Communicator& comm, DataType t, std::size_t count, in
                 [&](std::size_t i) { return input_value(root, i, ReduceOp::kSum); });
 }
 
+// Shared-memory segments this process holds: its mappings (/proc/self/maps) and open
+// descriptors (/proc/self/fd) of a "mwms-shm" memfd (shm_segment.cc names them so).
+int shm_segments_held() {
+  int held = 0;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("mwms-shm") != std::string::npos) ++held;
+  }
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(fd.path(), link_ec).string();
+    if (target.find("mwms-shm") != std::string::npos) ++held;
+  }
+  return held;
+}
+
 }  // namespace
+
+TEST_CASE("the MPI transport creates no shared-memory segment", "[mpi]") {
+  // No link uses shm when MPI carries every pair: its segment (2 x MWMS_SHM_RING_BYTES per rank)
+  // would only cost memory and start-up time.
+  REQUIRE(shm_segments_held() == 0);
+  const std::uint64_t created = mwms::collective::ShmSegment::created_count();
+  auto comm = mpi_communicator(-1);
+  // The segment would be freed again before create() returns (only peers opening it keep it):
+  // the count says whether one was made at all, /proc below that none is left behind.
+  CHECK(mwms::collective::ShmSegment::created_count() == created);
+  std::vector<float> v(1000, 1.0f);
+  comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK(v[0] == static_cast<float>(comm->world_size()));
+  CHECK(shm_segments_held() == 0);
+}
 
 TEST_CASE("the MPI transport carries every collective", "[mpi]") {
   REQUIRE(mwms::bootstrap::launched_by_mpi());

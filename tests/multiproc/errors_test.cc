@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -126,7 +130,15 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
   LaunchOptions opts;
   opts.world_size = 2;
   opts.timeout_seconds = 30;
-  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto) {
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    // The leader's log goes to a file (set before anything logs: the child reads it once), read
+    // 2 s into its 5 s wait: the refusal must be there already.
+    const std::string log = "/tmp/mwms-errors-test-" + std::to_string(::getpid()) + ".log";
+    if (rank == 0) {
+      std::remove(log.c_str());
+      ::setenv("MWMS_LOG_FILE", log.c_str(), 1);
+      ::setenv("MWMS_LOG_LEVEL", "warn", 1);
+    }
     auto cluster = mwms::resolve_tf_config(tf_config);
     if (rank == 1) {
       // Worker 1 believes there is a third worker (a stale or hand-edited TF_CONFIG).
@@ -134,7 +146,24 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
       jobs["worker"].push_back("localhost:1");
       cluster = mwms::resolve_explicit(mwms::ClusterSpec(jobs), cluster.task);
     }
-    mwms::Communicator::create(cluster, quick(5));
+    std::thread early;
+    if (rank == 0) {
+      early = std::thread([&log, report] {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        std::ifstream in(log);
+        std::stringstream text;
+        text << in.rdbuf();
+        report("leader log after 2 s: " + text.str());
+      });
+    }
+    try {
+      mwms::Communicator::create(cluster, quick(5));
+    } catch (...) {
+      if (early.joinable()) early.join();
+      std::remove(log.c_str());
+      throw;
+    }
+    if (early.joinable()) early.join();
   });
   INFO(mwms::testing::describe(results));
   for (const ChildResult& r : results) {
@@ -142,6 +171,51 @@ TEST_CASE("processes whose clusters differ fail at rendezvous naming the task", 
     CHECK_THAT(r.output, Contains("worker 1"));
   }
   CHECK_THAT(results[0].output, Contains("cluster specs differ"));
+  // Note [rendezvous admission]: without a key the leader waits out its connect timeout, but it
+  // says so at once, and its timeout error gives the missing task the refused hello (source
+  // address and reason).
+  const std::string& leader = results[0].output;
+  const std::size_t log_at = leader.find("leader log after 2 s: ");
+  REQUIRE(log_at != std::string::npos);
+  const std::string early_log = leader.substr(log_at, leader.find("\n", log_at + 30) - log_at);
+  CHECK_THAT(early_log, Contains("WARN BOOT"));
+  CHECK_THAT(early_log, Contains("rendezvous: refused a connection from 127.0.0.1:"));
+  CHECK_THAT(early_log, Contains("still waiting for worker 1"));
+  CHECK_THAT(results[0].output, Contains("every task must be started with the same cluster; still "
+                                         "waiting for worker 1 at localhost:"));
+  CHECK_THAT(results[0].output, Contains(" for up to 5.0 s in all (MWMS_CONNECT_TIMEOUT_SECONDS; "
+                                         "without MWMS_AUTH_KEY an unproven hello cannot stop "
+                                         "the job)"));
+  CHECK_THAT(results[0].output, Contains("waited 5.0 s for every task to join the rendezvous; "
+                                         "never arrived: worker 1 (localhost:"));
+  CHECK_THAT(results[0].output, Contains(") [its hello was refused: a connection from 127.0.0.1:"));
+  CHECK(results[1].seconds < 3);  // the refused worker is told why at once
+}
+
+TEST_CASE("with MWMS_AUTH_KEY a task started with another cluster stops the job at once",
+          "[tcp][fault]") {
+  // Note [rendezvous admission]: a hello that proved the key comes from a task of this job, so
+  // its mismatch is final and nobody waits for the connect timeout (30 s here).
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
+    if (!mwms::testing::set_env_in_child("MWMS_AUTH_KEY", "a shared test key", report)) return;
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    if (rank == 1) {
+      auto jobs = cluster.cluster.jobs();
+      jobs["worker"].push_back("localhost:1");
+      cluster = mwms::resolve_explicit(mwms::ClusterSpec(jobs), cluster.task);
+    }
+    mwms::Communicator::create(cluster, quick(30));
+  });
+  INFO(mwms::testing::describe(results));
+  if (mwms::testing::skipped_for_cached_env(results)) return;
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Contains("cluster specs differ: worker 1 (localhost:"));
+    CHECK(r.seconds < 10);
+  }
 }
 
 TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tcp][fault]") {
@@ -185,6 +259,64 @@ TEST_CASE("calls that disagree across ranks raise CollectiveMismatchError", "[tc
       CHECK_THAT(r.output, Contains("mismatch: "));
       CHECK_THAT(r.output, Contains(bad.named));
     }
+  }
+}
+
+TEST_CASE("a barrier that disagrees across ranks shows what differs on each side", "[tcp][fault]") {
+  // Note [mismatch text] in src/collective/frame.cc. A barrier runs the all-reduce algorithms, so
+  // ranks forcing different ones disagree on barrier calls that otherwise look alike: each side
+  // must show its algorithm tag and the text must say what differs, not print two like barriers.
+  struct Variant {
+    const char* name;
+    bool rank1_all_reduce;   // rank 1 calls a one-int32 all_reduce instead of the barrier
+    const char* rank0_sees;  // rank 0 forces ring
+    const char* rank1_sees;  // rank 1 forces rd
+  };
+  const Variant variants[] = {
+      {"algorithm", false,
+       "this rank called barrier() seq 0 [ring] but peer rank 1 called barrier() seq 0 [rd] "
+       "(they differ in algorithm)",
+       "this rank called barrier() seq 0 [rd] but peer rank 0 called barrier() seq 0 [ring] "
+       "(they differ in algorithm)"},
+      {"collective", true,
+       "this rank called barrier() seq 0 [ring] but peer rank 1 called all_reduce(count 1, int32, "
+       "sum) seq 0 [rd] (they differ in collective, algorithm)",
+       "this rank called all_reduce(count 1, int32, sum) seq 0 [rd] but peer rank 0 called "
+       "barrier() seq 0 [ring] (they differ in collective, algorithm)"},
+  };
+  for (const Variant& bad : variants) {
+    INFO("the ranks differ in " << bad.name);
+    LaunchOptions opts;
+    opts.world_size = 2;
+    opts.timeout_seconds = 30;
+    auto results = run_ranks(opts, [&bad](int rank, const std::string& tf_config, auto report) {
+      mwms::CommunicatorOptions o = quick(10);
+      o.algorithm = rank == 0 ? "ring" : "rd";
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
+      std::int32_t one = 1;
+      try {
+        if (rank == 1 && bad.rank1_all_reduce) {
+          comm->all_reduce(&one, 1, mwms::DataType::kInt32, mwms::ReduceOp::kSum);
+        } else {
+          comm->barrier();
+        }
+      } catch (const mwms::CollectiveMismatchError& e) {
+        report(std::string("mismatch: ") + e.what());
+        throw;
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    REQUIRE(results.size() == 2);
+    CHECK(results[0].exit_code == 1);
+    CHECK(results[1].exit_code == 1);
+    // Whichever rank reads the other's frame first reports the mismatch itself; the other may
+    // learn of it through the relayed abort, which carries the first rank's text.
+    const bool rank0_saw = results[0].output.find(bad.rank0_sees) != std::string::npos ||
+                           results[1].output.find(bad.rank0_sees) != std::string::npos;
+    const bool rank1_saw = results[0].output.find(bad.rank1_sees) != std::string::npos ||
+                           results[1].output.find(bad.rank1_sees) != std::string::npos;
+    CHECK((rank0_saw || rank1_saw));
+    for (const ChildResult& r : results) CHECK_THAT(r.output, Contains("mismatch: "));
   }
 }
 
@@ -335,15 +467,25 @@ TEST_CASE("ranks opening different numbers of TCP streams fail naming MWMS_NSOCK
   });
   INFO(mwms::testing::describe(results));
   if (mwms::testing::skipped_for_cached_env(results)) return;
-  // Rank 0 accepts rank 1's streams and reads the count in their hellos: it names rank 1, both
-  // counts and the variable. Rank 1 cannot tell (it connects and sends), but it must fail too
-  // when rank 0 leaves, not form a communicator.
+  // Note [stream count agreement]: both ends read both counts from the peer-info exchange, so
+  // each names the variable, both values and the other end, at once (not "did not confirm its
+  // links" at the end of the connect timeout on the connecting side).
+  const std::string both =
+      "MWMS_NSOCKS_PERPEER differs between the ends of a TCP pair: ";
   CHECK(results[0].exit_code == 1);
-  CHECK_THAT(results[0].output, Contains("worker 1 opens 2 TCP stream(s) to worker 0, which "
-                                         "expects 1"));
-  CHECK_THAT(results[0].output, Contains("MWMS_NSOCKS_PERPEER must be the same on every rank"));
+  CHECK_THAT(results[0].output, Contains(both + "worker 1 (rank 1 at localhost:"));
+  CHECK_THAT(results[0].output, Contains(") has MWMS_NSOCKS_PERPEER=2, worker 0 (rank 0, this "
+                                         "task) has MWMS_NSOCKS_PERPEER=1; MWMS_NSOCKS_PERPEER "
+                                         "must be the same on every rank"));
   CHECK(results[1].exit_code == 1);
-  CHECK(results[1].seconds < 20);
+  CHECK_THAT(results[1].output, Contains(both + "worker 0 (rank 0 at localhost:"));
+  CHECK_THAT(results[1].output, Contains(") has MWMS_NSOCKS_PERPEER=1, worker 1 (rank 1, this "
+                                         "task) has MWMS_NSOCKS_PERPEER=2; MWMS_NSOCKS_PERPEER "
+                                         "must be the same on every rank"));
+  for (const ChildResult& r : results) {
+    CHECK_THAT(r.output, !Contains("did not confirm its links"));
+    CHECK(r.seconds < 4);  // before the 5 s connect timeout: nothing waited
+  }
 }
 
 // Hidden ([.partition]): needs 3 test hosts (tests/tools/netns_hosts.sh run 3 -- ...), run by the

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -145,6 +146,14 @@ std::size_t ShmSegment::slot_offset(int sender) const noexcept {
   return kPage + static_cast<std::size_t>(sender) * shm_slot_bytes(ring_bytes_);
 }
 
+namespace {
+std::atomic<std::uint64_t> segments_created{0};
+}  // namespace
+
+std::uint64_t ShmSegment::created_count() noexcept {
+  return segments_created.load(std::memory_order_relaxed);
+}
+
 std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::size_t ring_bytes,
                                                const std::string& job_fingerprint) {
   if (ring_bytes % kPage != 0 || ring_bytes == 0 || ring_bytes > kMaxRingBytes) {
@@ -157,6 +166,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   s->size_ = total_bytes(world_size, ring_bytes);
   s->fd_ = ::memfd_create("mwms-shm", MFD_CLOEXEC);
   if (s->fd_ < 0) throw_os("memfd_create", errno);
+  segments_created.fetch_add(1, std::memory_order_relaxed);
   if (::ftruncate(s->fd_, static_cast<off_t>(s->size_)) != 0) {
     throw_os("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
   }

@@ -52,6 +52,9 @@ class ShmSegment {
   /// did not match; the caller adds the peer).
   static std::shared_ptr<ShmSegment> open(const std::string& address, int owner, int world_size,
                                           const std::string& job_fingerprint);
+  /// Segments this process has created so far (for tests: a job whose links all use another
+  /// transport creates none). Thread-safe.
+  static std::uint64_t created_count() noexcept;
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;

@@ -191,6 +191,40 @@ int tcp_streams_per_peer() {
   return static_cast<int>(k);
 }
 
+std::string tcp_address_blob() {
+  return json{{"streams", tcp_streams_per_peer()}}.dump();
+}
+
+// Note [stream count agreement]: the data link hellos carry the stream count, but only the
+// accepting (lower) rank reads them; the connecting rank only saw its links close and blamed the
+// ready barrier ("did not confirm its links"). The count also travels in the peer-info exchange
+// (the "tcp" blob), which every rank receives whole before any link is opened, so both ends of a
+// pair compare the same two values and fail at once with the same text. The hello check stays
+// for a peer whose info has no such blob.
+void check_tcp_streams(const ResolvedCluster& c, const std::vector<bootstrap::PeerInfo>& peers,
+                       const std::vector<TransportKind>& kinds) {
+  const int ours = tcp_streams_per_peer();
+  for (const bootstrap::PeerInfo& p : peers) {
+    if (p.rank == c.task_id || p.rank < 0 || p.rank >= c.num_workers) continue;
+    if (kinds[static_cast<std::size_t>(p.rank)] != TransportKind::kTcp) continue;
+    auto blob = p.blobs.find("tcp");
+    if (blob == p.blobs.end()) continue;
+    json j = json::parse(blob->second, nullptr, false);
+    if (!j.is_object() || !j.contains("streams") || !j["streams"].is_number_integer()) continue;
+    const long long theirs = j["streams"].get<long long>();
+    if (theirs == ours) continue;
+    const std::string address = c.ring[static_cast<std::size_t>(p.rank)];
+    throw BootstrapError("MWMS_NSOCKS_PERPEER differs between the ends of a TCP pair: " +
+                             c.task_name_of_rank(p.rank) + " (rank " + std::to_string(p.rank) +
+                             " at " + address + ") has MWMS_NSOCKS_PERPEER=" +
+                             std::to_string(theirs) + ", " + c.task_name() + " (rank " +
+                             std::to_string(c.task_id) + ", this task) has " +
+                             "MWMS_NSOCKS_PERPEER=" + std::to_string(ours) +
+                             "; MWMS_NSOCKS_PERPEER must be the same on every rank",
+                         mesh_context(c, p.rank));
+  }
+}
+
 long long socket_buffer_bytes() {
   const long long b = common::env_int("MWMS_SOCKET_BUFFER_BYTES");
   if (b < 0 || b > (1LL << 30)) {

@@ -33,6 +33,21 @@ int tcp_streams_per_peer();
 /// @throws InvalidArgument when it is outside 0..1 GiB.
 long long socket_buffer_bytes();
 
+/// The "tcp" blob of this rank's peer info: {"streams":N} with N = tcp_streams_per_peer(), so
+/// that both ends of a pair can compare their stream counts before any link is opened
+/// (Note [stream count agreement] in tcp_transport.cc). @throws InvalidArgument as
+/// tcp_streams_per_peer().
+std::string tcp_address_blob();
+
+/// Compares this rank's stream count with every peer's "tcp" blob where kinds[peer] == kTcp
+/// (`peers` by rank, from the peer-info exchange). A peer without the blob is left to the data
+/// link hello check of connect_mesh. Does not block.
+/// @throws BootstrapError naming MWMS_NSOCKS_PERPEER, both values and the peer's task, rank and
+///   address; both ends of the pair throw the same way.
+void check_tcp_streams(const ResolvedCluster& cluster,
+                       const std::vector<bootstrap::PeerInfo>& peers,
+                       const std::vector<TransportKind>& kinds);
+
 /// Connects the mesh of rank cluster.task_id: control links to every peer, TCP data links to the
 /// peers with kinds[peer] == kTcp (tcp_streams_per_peer() of them per peer, each hello naming its
 /// stream and the count). `kinds` is by rank and must be what every rank computes for its pairs.
