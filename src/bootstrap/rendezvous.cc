@@ -5,12 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "bootstrap/local_address.h"
@@ -78,15 +80,70 @@ void fill_ring_through_mpi(ResolvedCluster* c, const common::Socket& listener) {
   for (const auto& e : all) c->ring.push_back(one_host ? "127.0.0.1" + e.substr(e.rfind(':')) : e);
 }
 
+// Note [inherited listener]: a launcher that picks a free port, writes it into TF_CONFIG and
+// lets the task bind it cannot hold the port in between: another process can bind it first (the
+// task then fails with "address already in use", or its peers reach a stranger). mwmsrun
+// therefore binds and listens on every task's port itself and hands the task that listening
+// socket as an inherited descriptor, named by MWMS_LISTEN_FD; the rendezvous adopts it instead
+// of binding, after checking that it is a listening TCP socket on the port of the task's own
+// address (any port where the launcher names none: MPI, torchrun ranks > 0) and at an address
+// that the address's host reaches (common::listener_problem). It is adopted once per process:
+// it then becomes close-on-exec (processes the task starts, from any thread, do not inherit it)
+// and belongs to the rendezvous' listener, closed once the links are set up like a bound one;
+// a later rendezvous in the same process (a communicator rebuilt after a failure) binds the
+// port itself, as without the variable, since the number may by then name another descriptor. The variable stays in the environment
+// (changing it is not thread-safe): a child process that is a task of its own job gets a clear
+// error, not a foreign socket. mwmsrun closes its own copy after the fork (a copy kept open
+// would accept connections for a task that has died); it restarts no task.
+std::atomic<bool> g_listen_fd_adopted{false};
+
+// The listener inherited through MWMS_LISTEN_FD for a task that would listen at `port` (0: any)
+// of `host`, or an invalid Socket without the variable or after the first adoption.
+common::Socket inherited_listener(const ResolvedCluster& c, int port, const std::string& host) {
+  if (!common::env_is_set("MWMS_LISTEN_FD")) return common::Socket();
+  const std::string value = common::env_string("MWMS_LISTEN_FD");
+  if (g_listen_fd_adopted.exchange(true)) {
+    MWMS_LOG_DEBUG(kBoot, "MWMS_LISTEN_FD=" << value << " was adopted by an earlier rendezvous "
+                          "of this process; binding port " << port << " instead");
+    return common::Socket();
+  }
+  const bool digits = !value.empty() && value.size() <= 9 &&
+                      value.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits) {
+    throw InvalidArgument("MWMS_LISTEN_FD=" + value + " is not a descriptor number (a whole "
+                          "number >= 0: the listening socket a launcher such as mwmsrun "
+                          "passes to " + c.task_name() + ")");
+  }
+  const int fd = std::stoi(value);
+  const std::string problem = common::listener_problem(fd, port, host);
+  if (!problem.empty()) {
+    const std::string address =
+        port == 0 || c.task_id >= static_cast<int>(c.ring.size())
+            ? std::string("its launcher names no port")
+            : "address " + c.ring[c.task_id] + " from " + c.source_detail;
+    throw BootstrapError("MWMS_LISTEN_FD=" + value + " cannot be the listener of " +
+                             c.task_name() + " (" + address + "): " + problem,
+                         context_of(c));
+  }
+  common::Socket listener = common::adopt_listener(fd);
+  MWMS_LOG_DEBUG(kBoot, "listening on the socket inherited as MWMS_LISTEN_FD=" << fd << " (port "
+                        << common::local_port(listener) << ")");
+  return listener;
+}
+
 common::Socket open_listener(ResolvedCluster* c) {
   int port = 0;
+  std::string host;
   if (c->source == ClusterSource::kTorchrun) {
-    if (c->task_id == 0) port = split_address(c->ring[0]).second;  // Note [torchrun rendezvous]
+    if (c->task_id == 0) {
+      std::tie(host, port) = split_address(c->ring[0]);  // Note [torchrun rendezvous]
+    }
   } else if (c->source != ClusterSource::kMpi) {
-    port = split_address(c->ring[c->task_id]).second;
+    std::tie(host, port) = split_address(c->ring[c->task_id]);
   }
   int error = 0;
-  common::Socket listener = common::listen_tcp(port, &error);
+  common::Socket listener = inherited_listener(*c, port, host);
+  if (!listener.valid()) listener = common::listen_tcp(port, &error);
   if (!listener.valid()) {
     std::string why = std::strerror(error);
     if (error == EADDRINUSE) {

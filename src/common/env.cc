@@ -70,6 +70,9 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SLURM_PORT_BASE", EnvType::kInt, "8888", "1..65535",
        "Under srun: task t of a node listens at that node's name and this port + t (its local "
        "id), as TF's SlurmClusterResolver (port_base 8888)."},
+      {"MWMS_LISTEN_FD", EnvType::kString, "", "a descriptor number (set by mwmsrun)",
+       "Listening TCP socket inherited from the launcher, adopted by the rendezvous instead of "
+       "binding this task's port (Note [inherited listener])."},
   };
   return registry;
 }

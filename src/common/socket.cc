@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,115 @@ int local_port(const Socket& listener) {
   if (::getsockname(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
   if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
   return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+namespace {
+
+// "a pipe", "a regular file", ...: what a descriptor that is not a socket is.
+std::string kind_of(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "not inspectable (" + std::string(std::strerror(errno)) + ")";
+  switch (st.st_mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFIFO: return "a pipe";
+    case S_IFCHR: return "a character device";
+    case S_IFDIR: return "a directory";
+    case S_IFBLK: return "a block device";
+    default: return "not a socket";
+  }
+}
+
+int sockopt_int(int fd, int level, int name, int* value) {
+  socklen_t len = sizeof(*value);
+  return ::getsockopt(fd, level, name, value, &len);
+}
+
+// Whether a socket bound to `bound` (its family's address) is reached by connecting to `host`;
+// empty when it is (or when host is a name, which is not resolved here), else why not.
+std::string reach_problem(const sockaddr_storage& bound, int fd, const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  const bool host_v4 = ::inet_pton(AF_INET, host.c_str(), &v4) == 1;
+  const bool host_v6 = !host_v4 && ::inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+  if (!host_v4 && !host_v6) return "";
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (bound.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(bound).sin_addr;
+    if (host_v6) return "an IPv4 socket, which " + host + " (IPv6) cannot reach";
+    if (a.s_addr == htonl(INADDR_ANY) || a.s_addr == v4.s_addr) return "";
+    ::inet_ntop(AF_INET, &a, text, sizeof(text));
+    return "bound to " + std::string(text) + ", not to " + host + " or 0.0.0.0";
+  }
+  const auto& a = reinterpret_cast<const sockaddr_in6&>(bound).sin6_addr;
+  const bool any = IN6_IS_ADDR_UNSPECIFIED(&a);
+  if (host_v6 && (any || IN6_ARE_ADDR_EQUAL(&a, &v6))) return "";
+  if (host_v4) {
+    int v6only = 0;
+    sockopt_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only);
+    if (any && v6only == 0) return "";  // dual-stack: IPv4 arrives as ::ffff:a.b.c.d
+    if (IN6_IS_ADDR_V4MAPPED(&a) && std::memcmp(&a.s6_addr[12], &v4.s_addr, 4) == 0) return "";
+    if (any) return "an IPv6-only socket (IPV6_V6ONLY), which " + host + " (IPv4) cannot reach";
+  }
+  ::inet_ntop(AF_INET6, &a, text, sizeof(text));
+  return "bound to " + std::string(text) + ", not to " + host + " or ::";
+}
+
+}  // namespace
+
+std::string listener_problem(int fd, int port, const std::string& host) {
+  const std::string name = "descriptor " + std::to_string(fd);
+  if (fd < 0 || ::fcntl(fd, F_GETFD) < 0) {
+    return name + " is not open in this process (closed, or not inherited: was it "
+                  "close-on-exec in the launcher?)";
+  }
+  int type = 0;
+  if (sockopt_int(fd, SOL_SOCKET, SO_TYPE, &type) != 0) {
+    return errno == ENOTSOCK ? name + " is " + kind_of(fd) + ", not a socket"
+                             : name + ": getsockopt: " + std::strerror(errno);
+  }
+  int domain = 0;
+  int protocol = 0;
+  sockopt_int(fd, SOL_SOCKET, SO_DOMAIN, &domain);
+  sockopt_int(fd, SOL_SOCKET, SO_PROTOCOL, &protocol);
+  if ((domain != AF_INET && domain != AF_INET6) || type != SOCK_STREAM ||
+      protocol != IPPROTO_TCP) {
+    return name + " is a socket but not a TCP one (" +
+           (domain == AF_UNIX ? std::string("a Unix-domain socket")
+                              : "domain " + std::to_string(domain) + ", type " +
+                                    std::to_string(type)) + ")";
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return name + ": getsockname: " + std::strerror(errno);
+  }
+  const int have = bound.ss_family == AF_INET6
+                       ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  int listening = 0;
+  sockopt_int(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening);
+  if (listening == 0) {
+    return name + " is a TCP socket " +
+           (have == 0 ? std::string("bound to no port") : "bound to port " + std::to_string(have)) +
+           " but not listening (no listen(2))";
+  }
+  if (port != 0 && have != port) {
+    return name + " is listening on port " + std::to_string(have) + ", not " +
+           std::to_string(port);
+  }
+  const std::string unreachable = reach_problem(bound, fd, host);
+  if (!unreachable.empty()) return name + " (port " + std::to_string(have) + ") is " + unreachable;
+  return "";
+}
+
+Socket adopt_listener(int fd) {
+  ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  // As listen_tcp's: the connections accepted from it inherit SO_REUSEADDR, so that a rebuilt
+  // communicator can bind the port again while they are still in TIME_WAIT.
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  set_nonblocking(fd);
+  return Socket(fd);
 }
 
 namespace {

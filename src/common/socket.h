@@ -56,6 +56,20 @@ Socket listen_tcp(int port, int* error);
 /// Port a listening socket is bound to.
 int local_port(const Socket& listener);
 
+/// Note [inherited listener]: what is wrong with descriptor `fd`, handed to this process by its
+/// launcher (MWMS_LISTEN_FD), as the listener of a task whose address is `host`:`port`; empty
+/// when it is an open TCP socket (IPv4 or IPv6) in the listening state, bound to `port` (0:
+/// any port) at an address that `host` reaches (the wildcard address, or `host` itself when it
+/// is an IP literal; a host name is not resolved and any bound address is taken). Otherwise one
+/// phrase naming the descriptor and what it is instead, e.g. "descriptor 7 is bound to port
+/// 20001, not 20002". Takes no ownership and changes nothing; never blocks; thread-safe.
+std::string listener_problem(int fd, int port, const std::string& host);
+
+/// Takes ownership of a listening socket `fd` that listener_problem() accepted: sets
+/// close-on-exec (processes this one starts do not inherit it), O_NONBLOCK and SO_REUSEADDR
+/// (a later bind of the port succeeds while accepted connections linger), as listen_tcp's.
+Socket adopt_listener(int fd);
+
 /// Connects to host:port, retrying refused/unreachable/unresolvable attempts with back-off
 /// (10 ms doubling to 500 ms) until `deadline`. On failure returns an invalid Socket and a text
 /// describing the last attempt's error in *last_error.

@@ -68,6 +68,13 @@ int host_of(int rank, int n, int hosts);
 /// machine can take one in between: when a child reports "address already in use", the others
 /// are killed at once and the run starts again with fresh ports (up to options.attempts runs,
 /// each logged to stderr); the last run's results are returned.
+/// Why not mwmsrun's fix (Note [inherited listener]: the parent listens, each rank adopts its
+/// socket through MWMS_LISTEN_FD): the bodies run in forks of this binary, whose env registry
+/// reads each variable once per process, so a parent that had read MWMS_LISTEN_FD (several cases
+/// in one process, as the netns runs do) would leave every child binding a port its own inherited
+/// socket holds; and many bodies' first listener is not their TF_CONFIG port (torchrun and MPI
+/// environments, reference clusters on extra_ports(), ports made busy on purpose), which the
+/// adoption check would refuse. The retry costs a rerun, never a failure.
 std::vector<ChildResult> run_ranks(
     const LaunchOptions& options,
     const std::function<void(int rank, const std::string& tf_config,

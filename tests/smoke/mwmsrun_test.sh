@@ -12,6 +12,31 @@ out=$("$run" -np 2 -- "$perf" -b 1K -e 4K -n 2 -w 1 2>&1) || fail "2-process all
 grep -q '^\[0\] # Avg bus bandwidth' <<<"$out" || fail "no [0]-prefixed summary line: $out"
 grep -q '^\[0\] # Ranks: 2' <<<"$out" || fail "not one world of 2: $out"
 
+# 1b. Each task inherits the socket listening on its port, and only that one (every other
+#     descriptor of mwmsrun is close-on-exec), named by MWMS_LISTEN_FD; libmwms adopts it
+#     (Note [inherited listener]). One task has no listener and gets no variable.
+out=$(MWMS_LOG_LEVEL=debug MWMS_LOG_SUBSYS=BOOT "$run" -np 2 -- "$perf" -b 1K -e 1K -n 1 -w 0 2>&1) \
+  || fail "2-process job with debug logging: $out"
+for r in 0 1; do
+  grep -q "^\[$r\] .*listening on the socket inherited as MWMS_LISTEN_FD=" <<<"$out" \
+    || fail "rank $r did not adopt its inherited listener: $out"
+done
+# Sockets this script's caller passed down (a CI agent may leak some) count for every process.
+count_sockets='n=0; s=; for f in /proc/$$/fd/*; do
+  case "$(readlink "$f")" in socket:*) n=$((n + 1)); s=${f##*/};; esac; done
+  echo "sockets=$n fd=$s env=${MWMS_LISTEN_FD-}"'
+base=$(sh -c "$count_sockets" | sed 's/^sockets=\([0-9]*\).*/\1/')
+out=$("$run" -np 3 -- sh -c "$count_sockets" 2>&1) || fail "fd listing: $out"
+if [ "$base" -eq 0 ]; then
+  [ "$(grep -c 'sockets=1 fd=\([0-9][0-9]*\) env=\1$' <<<"$out")" -eq 3 ] \
+    || fail "not exactly one inherited socket per task, named by MWMS_LISTEN_FD: $out"
+else
+  [ "$(grep -c "sockets=$((base + 1)) fd=.* env=[0-9]" <<<"$out")" -eq 3 ] \
+    || fail "not exactly one more socket per task than the $base inherited here: $out"
+fi
+out=$(MWMS_LISTEN_FD=9 "$run" -np 1 -- sh -c 'echo "env=${MWMS_LISTEN_FD-unset}"' 2>&1)
+[ "$out" = "[0] env=unset" ] || fail "-np 1 passed a listener variable: $out"
+
 # 2. Rank 1 fails with status 3 while the others would run for a minute: mwmsrun exits 3 at
 #    once and leaves nothing behind.
 marker="$work/mwmsrun-test-$$.sh"

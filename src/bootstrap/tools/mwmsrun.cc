@@ -1,7 +1,9 @@
 // mwmsrun: a local launcher (horovodrun -np N on one host, torchrun --standalone, the Spark
 // TensorFlow Distributor's MirroredStrategyRunner(local_mode=True)). Starts N processes of a
-// program on this machine, each with its own TF_CONFIG for a cluster of free loopback ports,
-// prefixes every output line with the task's rank ("[1] ..."), forwards SIGINT/SIGTERM/SIGHUP,
+// program on this machine, each with its own TF_CONFIG for a cluster of free loopback ports and,
+// with N > 1, the socket already listening on its port (inherited, named by MWMS_LISTEN_FD: Note
+// [inherited listener] in src/bootstrap/rendezvous.cc, so no other process can take the port
+// before the task listens), prefixes every output line with the task's rank ("[1] ..."), forwards SIGINT/SIGTERM/SIGHUP,
 // ends the others when one fails and exits with the first failure's status.
 //
 //   mwmsrun -np 2 build/bin/train --epochs 1
@@ -58,35 +60,66 @@ void on_signal(int sig) {
   (void)!::write(g_signal_pipe[1], &c, 1);
 }
 
-// A TCP port in 20000-31999 (below Linux's ephemeral range, so no outgoing connection takes it
-// between this choice and the task's bind) that can be bound on loopback now.
-bool bindable(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+// Note [inherited listener] (src/bootstrap/rendezvous.cc): a socket listening on `port` as the
+// task's own listener would (common::listen_tcp: every interface, dual-stack IPv6 where the
+// kernel has it, else IPv4; SO_REUSEADDR), close-on-exec; -1 when the port is taken.
+int listen_on(int port) {
+  const int one = 1;
+  const int zero = 0;
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(static_cast<std::uint16_t>(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 128) == 0) {
+      return fd;
+    }
+    const int e = errno;
+    ::close(fd);
+    if (e == EADDRINUSE) return -1;
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // no IPv6 in this kernel
+  if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   a.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 128) == 0) {
+    return fd;
+  }
   ::close(fd);
-  return ok;
+  return -1;
 }
 
-std::vector<int> free_ports(int n) {
+struct Listener {
+  int port = 0;
+  int fd = -1;  // listening, close-on-exec
+};
+
+// n sockets listening on distinct random ports in 20000-31999 (below Linux's ephemeral range,
+// so that no outgoing connection holds one of them). They stay open until each task has them:
+// nothing can take a port between this choice and the task's use of it.
+std::vector<Listener> listen_on_free_ports(int n) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
                    static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::uniform_int_distribution<int> pick(20000, 31999);
-  std::set<int> chosen;
-  for (int tries = 0; static_cast<int>(chosen.size()) < n && tries < 100000; ++tries) {
+  std::set<int> tried;
+  std::vector<Listener> out;
+  for (int tries = 0; static_cast<int>(out.size()) < n && tries < 100000; ++tries) {
     const int p = pick(rng);
-    if (!chosen.count(p) && bindable(p)) chosen.insert(p);
+    if (!tried.insert(p).second) continue;
+    const int fd = listen_on(p);
+    if (fd >= 0) out.push_back({p, fd});
   }
-  if (static_cast<int>(chosen.size()) < n) {
+  if (static_cast<int>(out.size()) < n) {
+    for (const Listener& l : out) ::close(l.fd);
     throw std::runtime_error("no " + std::to_string(n) + " free TCP ports in 20000-31999");
   }
-  std::vector<int> ports(chosen.begin(), chosen.end());
-  std::shuffle(ports.begin(), ports.end(), rng);
-  return ports;
+  return out;
 }
 
 // TF_CONFIG of task `rank` of a cluster whose tasks are at `addresses` (with_chief: the first is
@@ -228,8 +261,9 @@ CLI::Validator whole_number_in(int lo, int hi) {
 
 int main(int argc, char** argv) {
   CLI::App app{"mwmsrun: starts N local processes of PROGRAM, each with its own TF_CONFIG "
-               "(free loopback ports), prefixes their output with the rank and ends them "
-               "together"};
+               "(free loopback ports) and, for N > 1, the socket already listening on its port "
+               "(inherited; its number in MWMS_LISTEN_FD, which libmwms adopts instead of "
+               "binding), prefixes their output with the rank and ends them together"};
   int np = 0;
   bool chief = false;
   double grace = 5;
@@ -295,6 +329,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> addresses;
+  std::vector<Listener> listeners;  // -np N: task r's listening socket (Note [inherited listener])
   try {
     if (!hosts.empty()) {
       if (!print_only) {
@@ -319,7 +354,10 @@ int main(int argc, char** argv) {
                   << std::endl;
         return 2;
       }
-      for (int p : free_ports(np)) addresses.push_back("127.0.0.1:" + std::to_string(p));
+      listeners = listen_on_free_ports(np);
+      for (const Listener& l : listeners) {
+        addresses.push_back("127.0.0.1:" + std::to_string(l.port));
+      }
     }
   } catch (const std::exception& e) {
     std::cerr << "mwmsrun: error: " << e.what() << std::endl;
@@ -327,6 +365,12 @@ int main(int argc, char** argv) {
   }
   const int n = static_cast<int>(addresses.size());
   if (chief && n < 1) return 2;
+  if (print_only || n == 1) {
+    // Nothing listens: printed for tasks started elsewhere, or one task (world size 1, which
+    // has no listener).
+    for (Listener& l : listeners) ::close(l.fd);
+    listeners.clear();
+  }
   if (print_only) {
     for (int r = 0; r < n; ++r) {
       const std::string host = addresses[static_cast<std::size_t>(r)].substr(
@@ -367,6 +411,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string config = tf_config(addresses, r, chief);
+    const int listen_fd = listeners.empty() ? -1 : listeners[static_cast<std::size_t>(r)].fd;
+    const std::string listen_fd_text = std::to_string(listen_fd);
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -380,6 +426,14 @@ int main(int argc, char** argv) {
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
       ::setenv("TF_CONFIG", config.c_str(), 1);
+      // Note [inherited listener]: this task's listening socket alone survives the exec (the
+      // other tasks' sockets, and every pipe, are close-on-exec).
+      if (listen_fd >= 0) {
+        ::fcntl(listen_fd, F_SETFD, 0);
+        ::setenv("MWMS_LISTEN_FD", listen_fd_text.c_str(), 1);
+      } else {
+        ::unsetenv("MWMS_LISTEN_FD");  // not one of this job (mwmsrun's own environment)
+      }
       ::execvp(argv_child[0], argv_child.data());
       const int e = errno;
       (void)!::write(exec_err[1], &e, sizeof(e));
@@ -388,6 +442,9 @@ int main(int argc, char** argv) {
     ::close(out[1]);
     ::close(err[1]);
     ::close(exec_err[1]);
+    // The task holds its own copy; one kept here would accept connections for a task that has
+    // died (Note [inherited listener]).
+    if (listen_fd >= 0) ::close(listen_fd);
     int e = 0;
     const bool exec_failed = pid > 0 && ::read(exec_err[0], &e, sizeof(e)) == sizeof(e);
     ::close(exec_err[0]);
