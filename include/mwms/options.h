@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "mwms/api.h"
 
@@ -75,5 +76,19 @@ struct MWMS_API CommunicatorOptions {
   /// Transport of the engine's links; kFromEnvironment reads MWMS_TRANSPORT (default auto).
   TransportChoice transport = TransportChoice::kFromEnvironment;
 };
+
+/// What check_environment_variables() found in this process's MWMS_* variables (docs/env.md).
+struct MWMS_API EnvironmentCheck {
+  /// One message per registered variable set to a value libmwms would refuse when it reads it,
+  /// e.g. "MWMS_TIMEOUT_SECONDS=abc is not a number (allowed: > 0)", in docs/env.md's order.
+  std::vector<std::string> errors;
+  /// MWMS_* names set in the environment that libmwms does not know (typos; ignored).
+  std::vector<std::string> unknown;
+};
+
+/// Checks every MWMS_* variable of the environment now, without reading any into libmwms's
+/// once-per-process cache: what a tool (mwms-doctor) reports before a job would fail on it.
+/// Thread safety: as getenv. Never throws except std::bad_alloc.
+MWMS_API EnvironmentCheck check_environment_variables();
 
 }  // namespace mwms

@@ -1,11 +1,15 @@
 #include "common/env.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "mwms/errors.h"
+#include "mwms/options.h"
 
 extern char** environ;
 
@@ -129,24 +133,94 @@ std::string env_value_for_log(std::string_view name) {
   return read.value;
 }
 
-long long env_int(std::string_view name) {
-  const std::string& value = read_once(name).value;
+EnvRange env_range(const char* allowed) noexcept {
+  EnvRange r;
+  std::string text = allowed != nullptr ? allowed : "";
+  text = text.substr(0, text.find(';'));
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  auto number = [](const std::string& t, double* out) {
+    if (t.empty()) return false;
+    char* end = nullptr;
+    *out = std::strtod(t.c_str(), &end);
+    return end != nullptr && *end == '\0';
+  };
+  if (text.rfind(">= ", 0) == 0) {
+    r.has_lo = number(text.substr(3), &r.lo);
+  } else if (text.rfind("> ", 0) == 0) {
+    r.has_lo = r.lo_strict = number(text.substr(2), &r.lo);
+    if (!r.has_lo) r.lo_strict = false;
+  } else {
+    for (const char* sep : {"..", "-"}) {
+      const std::size_t at = text.find(sep, 1);  // a leading '-' is a sign
+      if (at == std::string::npos) continue;
+      double lo = 0, hi = 0;
+      if (number(text.substr(0, at), &lo) && number(text.substr(at + std::strlen(sep)), &hi)) {
+        r.has_lo = r.has_hi = true;
+        r.lo = lo;
+        r.hi = hi;
+      }
+      break;
+    }
+  }
+  return r;
+}
+
+double parse_env_number(const EnvVarInfo& var, const std::string& value) {
+  const std::string allowed = std::string(" (allowed: ") + var.allowed + ")";
   char* end = nullptr;
-  long long parsed = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || end == nullptr || *end != '\0') {
-    throw InvalidArgument(std::string(name) + "=" + value + " is not an integer");
+  double parsed = 0;
+  if (var.type == EnvType::kInt) {
+    errno = 0;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
+      throw InvalidArgument(std::string(var.name) + "=" + value + " is not an integer" + allowed);
+    }
+    parsed = static_cast<double>(v);
+  } else {
+    parsed = std::strtod(value.c_str(), &end);
+    if (value.empty() || end == nullptr || *end != '\0' || !std::isfinite(parsed)) {
+      throw InvalidArgument(std::string(var.name) + "=" + value + " is not a number" + allowed);
+    }
+  }
+  const EnvRange range = env_range(var.allowed);
+  if (range.valid() && !range.contains(parsed)) {
+    throw InvalidArgument(std::string(var.name) + "=" + value + " is out of range" + allowed);
   }
   return parsed;
 }
 
+long long env_int(std::string_view name) {
+  const Read& read = read_once(name);
+  const EnvVarInfo& var = find_var(name);
+  parse_env_number(var, read.value);  // checks the form and the range
+  return std::strtoll(read.value.c_str(), nullptr, 10);
+}
+
 double env_double(std::string_view name) {
-  const std::string& value = read_once(name).value;
-  char* end = nullptr;
-  double parsed = std::strtod(value.c_str(), &end);
-  if (value.empty() || end == nullptr || *end != '\0') {
-    throw InvalidArgument(std::string(name) + "=" + value + " is not a number");
+  const Read& read = read_once(name);
+  return parse_env_number(find_var(name), read.value);
+}
+
+std::vector<std::string> env_problems() {
+  std::vector<std::string> problems;
+  for (const EnvVarInfo& var : env_registry()) {
+    const char* raw = std::getenv(var.name);
+    if (raw == nullptr || *raw == '\0') continue;
+    const std::string value = raw;
+    if (var.type == EnvType::kEnum) {
+      const std::string allowed = std::string("|") + var.allowed + "|";
+      if (allowed.find("|" + value + "|") == std::string::npos) {
+        problems.push_back(std::string(var.name) + "=" + value + " is not one of " + var.allowed);
+      }
+    } else if (var.type == EnvType::kInt || var.type == EnvType::kDouble) {
+      try {
+        parse_env_number(var, value);
+      } catch (const InvalidArgument& e) {
+        problems.emplace_back(e.what());
+      }
+    }
   }
-  return parsed;
+  return problems;
 }
 
 std::vector<std::string> unknown_env_vars() {
@@ -163,3 +237,14 @@ std::vector<std::string> unknown_env_vars() {
 }
 
 }  // namespace mwms::common
+
+namespace mwms {
+
+EnvironmentCheck check_environment_variables() {
+  EnvironmentCheck check;
+  check.errors = common::env_problems();
+  check.unknown = common::unknown_env_vars();
+  return check;
+}
+
+}  // namespace mwms

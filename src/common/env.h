@@ -22,8 +22,28 @@ struct EnvVarInfo {
 /// Every registered variable, in documentation order.
 const std::vector<EnvVarInfo>& env_registry();
 
+/// The bounds an EnvVarInfo::allowed text of a number states: "> 0", ">= 4096", "1-16" or
+/// "1..65535" (inclusive); text after a ';' is a remark and ignored. A text of another form
+/// gives no bound (valid() false).
+struct EnvRange {
+  bool has_lo = false, lo_strict = false, has_hi = false;
+  double lo = 0, hi = 0;
+  bool valid() const noexcept { return has_lo || has_hi; }
+  bool contains(double v) const noexcept {
+    return (!has_lo || (lo_strict ? v > lo : v >= lo)) && (!has_hi || v <= hi);
+  }
+};
+EnvRange env_range(const char* allowed) noexcept;
+
+/// `value` of the kInt or kDouble variable `var` as a number, checked against the range its
+/// `allowed` text states (env_range). Never reads the environment.
+/// @throws InvalidArgument "NAME=VALUE is not an integer (allowed: ...)", "... is not a number
+///   (allowed: ...)" or "NAME=VALUE is out of range (allowed: ...)".
+double parse_env_number(const EnvVarInfo& var, const std::string& value);
+
 /// Effective value (environment or default) of a registered variable, read once per process.
-/// @throws InternalError if `name` is not registered; InvalidArgument if the value does not parse.
+/// @throws InternalError if `name` is not registered; InvalidArgument if the value does not parse
+///   or (numbers) lies outside the registered range (parse_env_number).
 std::string env_string(std::string_view name);
 long long env_int(std::string_view name);
 double env_double(std::string_view name);
@@ -42,5 +62,12 @@ std::string env_value_for_log(std::string_view name);
 
 /// MWMS_* variables present in the environment that the registry does not know (typos).
 std::vector<std::string> unknown_env_vars();
+
+/// Every registered variable set in the environment now whose value would be refused when read
+/// (an enum value not allowed, a number that does not parse or is out of its range): the
+/// messages env_int / env_double / env_string would throw, in registry order. Reads the
+/// environment directly (not the once-per-process cache); for tools that check a setup
+/// (mwms-doctor). Never throws except std::bad_alloc.
+std::vector<std::string> env_problems();
 
 }  // namespace mwms::common

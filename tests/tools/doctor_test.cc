@@ -146,7 +146,7 @@ TEST_CASE("mwms-doctor: Slurm ports from MWMS_SLURM_PORT_BASE", "[unit][tools]")
   Run bad = run("MWMS_SLURM_PORT_BASE=0");
   CHECK(bad.status == 2);
   CHECK(nlohmann::json::parse(bad.out).at("error").get<std::string>().find(
-            "MWMS_SLURM_PORT_BASE=0 is not a port") != std::string::npos);
+            "MWMS_SLURM_PORT_BASE=0 is out of range (allowed: 1..65535)") != std::string::npos);
 }
 
 namespace {
@@ -265,4 +265,30 @@ TEST_CASE("mwms-doctor --json says whether the build has CUDA and NCCL and what 
   } else {  // a driver: a count (0 when CUDA_VISIBLE_DEVICES hides every device)
     CHECK(gpu.at("devices").get<int>() >= 0);
   }
+}
+
+TEST_CASE("mwms-doctor exits 2 naming an MWMS_ variable libmwms would refuse, warns of unknown ones",
+          "[unit][tools]") {
+  const std::string tf = R"({"cluster":{"worker":["localhost:1"]},"task":{"type":"worker","index":0}})";
+  Run bad = run_shell("TF_CONFIG=" + quote(tf) +
+                      " MWMS_TIMEOUT_SECONDS=abc MWMS_NSOCKS_PERPEER=0 MWMS_TRANSPORT=udp "
+                      "MWMS_TIMEOUT_SECOND=3 " MWMS_DOCTOR_PATH " --json 2>/dev/null");
+  CHECK(bad.status == 2);
+  auto got = nlohmann::json::parse(bad.out);
+  CHECK(got.at("env").at("errors") ==
+        nlohmann::json::array({"MWMS_TIMEOUT_SECONDS=abc is not a number (allowed: > 0)",
+                               "MWMS_TRANSPORT=udp is not one of auto|tcp|shm|mpi",
+                               "MWMS_NSOCKS_PERPEER=0 is out of range (allowed: 1-16)"}));
+  CHECK(got.at("env").at("unknown") == nlohmann::json::array({"MWMS_TIMEOUT_SECOND"}));
+  Run human = run_shell("TF_CONFIG=" + quote(tf) + " MWMS_TIMEOUT_SECONDS=0 MWMS_TIMEOUT_SECOND=3 "
+                        MWMS_DOCTOR_PATH " 2>/dev/null");
+  CHECK(human.status == 2);
+  CHECK_THAT(human.out, Catch::Matchers::Contains(
+                            "env:         error: MWMS_TIMEOUT_SECONDS=0 is out of range (allowed: > 0)"));
+  CHECK_THAT(human.out, Catch::Matchers::Contains(
+                            "env:         warning: unknown variable MWMS_TIMEOUT_SECOND is ignored"));
+  Run good = run_shell("TF_CONFIG=" + quote(tf) + " MWMS_TIMEOUT_SECONDS=2.5 " MWMS_DOCTOR_PATH
+                       " --json 2>/dev/null");
+  CHECK(good.status == 0);
+  CHECK(nlohmann::json::parse(good.out).at("env").at("errors").empty());
 }

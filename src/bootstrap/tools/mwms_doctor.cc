@@ -30,6 +30,7 @@
 #include "doctor_device.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
+#include "mwms/options.h"
 
 namespace {
 
@@ -347,6 +348,11 @@ int main(int argc, char** argv) {
 
   mwms::EnvironmentReport report;
   bool from_environment = false;
+  // Values libmwms would refuse when it reads them (an error finding: exit 2), and MWMS_ names
+  // it does not know (a warning: a typo is ignored).
+  const mwms::EnvironmentCheck env_check = mwms::check_environment_variables();
+  const std::vector<std::string>& env_errors = env_check.errors;
+  const std::vector<std::string>& env_unknown = env_check.unknown;
   try {
     mwms::ResolvedCluster resolved;
     if (!tf_config_file.empty()) {
@@ -363,12 +369,14 @@ int main(int argc, char** argv) {
     }
     std::vector<Finding> findings;
     if (check->parsed()) findings = check_cluster(resolved, check_timeout);
-    const bool any_error = std::any_of(findings.begin(), findings.end(),
-                                       [](const Finding& f) { return f.severity == "error"; });
+    const bool any_error =
+        !env_errors.empty() || std::any_of(findings.begin(), findings.end(),
+                                           [](const Finding& f) { return f.severity == "error"; });
     if (json) {
       nlohmann::json out = to_json(resolved);
       out["gpu"] = gpu_json(mwms::tools::probe_devices());
       if (from_environment) out["sources"] = sources_json(report);
+      out["env"] = {{"errors", env_errors}, {"unknown", env_unknown}};
       if (check->parsed()) {
         nlohmann::json list = nlohmann::json::array();
         for (const Finding& f : findings) {
@@ -382,6 +390,10 @@ int main(int argc, char** argv) {
     } else {
       print_human(resolved);
       std::cout << "gpu:         " << gpu_line(mwms::tools::probe_devices()) << "\n";
+      for (const std::string& e : env_errors) std::cout << "env:         error: " << e << "\n";
+      for (const std::string& u : env_unknown) {
+        std::cout << "env:         warning: unknown variable " << u << " is ignored (docs/env.md)\n";
+      }
       for (const auto& s : report.sources) {
         std::cout << "present:     " << s.source << " (" << s.detail << "): world size "
                   << (s.world_size >= 0 ? std::to_string(s.world_size) : std::string("?"))
@@ -401,8 +413,10 @@ int main(int argc, char** argv) {
     return any_error ? 2 : 0;
   } catch (const mwms::Error& e) {
     std::cerr << "mwms-doctor: error: " << e.what() << std::endl;
+    for (const std::string& x : env_errors) std::cerr << "mwms-doctor: env error: " << x << "\n";
     if (json) {
       nlohmann::json out{{"error", e.what()}};
+      out["env"] = {{"errors", env_errors}, {"unknown", env_unknown}};
       if (from_environment) {
         out["sources"] = sources_json(report);
         out["source"] = report.chosen;

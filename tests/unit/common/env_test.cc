@@ -130,3 +130,68 @@ TEST_CASE("env_int and env_double return the registered defaults", "[unit][env]"
   CHECK(checked >= 2);
   CHECK_THROWS_AS(mwms::common::env_int("MWMS_NOT_A_VARIABLE"), mwms::InternalError);
 }
+
+TEST_CASE("every numeric variable states a range its default lies in", "[unit][env]") {
+  int checked = 0;
+  for (const auto& var : env_registry()) {
+    if (var.type != EnvType::kInt && var.type != EnvType::kDouble) continue;
+    INFO(var.name << " allowed '" << var.allowed << "'");
+    const mwms::common::EnvRange range = mwms::common::env_range(var.allowed);
+    CHECK(range.valid());
+    CHECK(range.contains(std::stod(var.default_value)));
+    CHECK_NOTHROW(mwms::common::parse_env_number(var, var.default_value));
+    ++checked;
+  }
+  CHECK(checked >= 10);
+}
+
+TEST_CASE("env_range reads the registry's forms", "[unit][env]") {
+  using mwms::common::env_range;
+  CHECK(env_range("> 0").contains(0.001));
+  CHECK_FALSE(env_range("> 0").contains(0));
+  CHECK(env_range(">= 0").contains(0));
+  CHECK_FALSE(env_range(">= 4096").contains(4095));
+  CHECK(env_range("1-16").contains(16));
+  CHECK_FALSE(env_range("1-16").contains(17));
+  CHECK_FALSE(env_range("1-16").contains(0));
+  CHECK(env_range("1..65535").contains(65535));
+  CHECK_FALSE(env_range("1..65535").contains(65536));
+  CHECK(env_range(">= 0; unset: min(30, timeout / 4)").contains(0));
+  CHECK_FALSE(env_range(">= 0; unset: min(30, timeout / 4)").contains(-1));
+  CHECK_FALSE(env_range("a path").valid());
+  CHECK_FALSE(env_range("").valid());
+}
+
+TEST_CASE("a numeric variable out of its range or not a number is refused, naming the range",
+          "[unit][env]") {
+  auto find = [](const char* name) -> const mwms::common::EnvVarInfo& {
+    for (const auto& var : env_registry()) {
+      if (std::string(var.name) == name) return var;
+    }
+    FAIL("no " << name);
+    return env_registry().front();
+  };
+  using mwms::common::parse_env_number;
+  using Catch::Matchers::Equals;
+  const auto& timeout = find("MWMS_TIMEOUT_SECONDS");
+  CHECK_THROWS_WITH(parse_env_number(timeout, "0"),
+                    Equals("MWMS_TIMEOUT_SECONDS=0 is out of range (allowed: > 0)"));
+  CHECK_THROWS_WITH(parse_env_number(timeout, "-5"),
+                    Equals("MWMS_TIMEOUT_SECONDS=-5 is out of range (allowed: > 0)"));
+  CHECK_THROWS_WITH(parse_env_number(timeout, "abc"),
+                    Equals("MWMS_TIMEOUT_SECONDS=abc is not a number (allowed: > 0)"));
+  CHECK_THROWS_WITH(parse_env_number(timeout, "inf"),
+                    Equals("MWMS_TIMEOUT_SECONDS=inf is not a number (allowed: > 0)"));
+  CHECK_THROWS_WITH(parse_env_number(timeout, "12s"),
+                    Equals("MWMS_TIMEOUT_SECONDS=12s is not a number (allowed: > 0)"));
+  CHECK(parse_env_number(timeout, "0.5") == 0.5);
+  const auto& socks = find("MWMS_NSOCKS_PERPEER");
+  CHECK_THROWS_WITH(parse_env_number(socks, "17"),
+                    Equals("MWMS_NSOCKS_PERPEER=17 is out of range (allowed: 1-16)"));
+  CHECK_THROWS_WITH(parse_env_number(socks, "2.5"),
+                    Equals("MWMS_NSOCKS_PERPEER=2.5 is not an integer (allowed: 1-16)"));
+  CHECK_THROWS_WITH(parse_env_number(socks, "99999999999999999999"),
+                    Equals("MWMS_NSOCKS_PERPEER=99999999999999999999 is not an integer (allowed: 1-16)"));
+  CHECK(parse_env_number(socks, "16") == 16);
+  CHECK_THROWS_AS(parse_env_number(find("MWMS_CHUNK_BYTES"), "1024"), mwms::InvalidArgument);
+}
