@@ -334,11 +334,39 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
   RankRecord mine;
   mine.host_hash = hash_of(bootstrap::local_host_id());
   int devices = 0;
-  mine.devices = cuda->get_device_count(&devices) == 0 ? devices : 0;
+  // The device count, or minus cudaGetDeviceCount's error (35: no driver), or 0 (no GPU).
+  const int status = cuda->get_device_count(&devices);
+  mine.devices = status == 0 ? devices : -static_cast<std::int64_t>(status);
   mine.nccl = nccl != nullptr ? 1 : 0;
   std::vector<RankRecord> records(static_cast<std::size_t>(engine->world_size()));
   static_assert(sizeof(RankRecord) == 3 * sizeof(std::int64_t), "RankRecord is 3 int64");
   engine->all_gather(&mine, records.data(), 3, DataType::kInt64);
+  // Neither backend runs without a device on every rank: every rank says so now, together (the
+  // records are the same everywhere), rather than one rank failing in its backend while the
+  // others wait for it in their first collective.
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    if (records[i].devices > 0) continue;
+    ErrorContext ctx;
+    ctx.rank = engine->rank();
+    ctx.world_size = engine->world_size();
+    ctx.task = engine->cluster().task_name();
+    ctx.op = "device communicator init";
+    ctx.transport = "cuda";
+    const int code = records[i].devices < 0 ? static_cast<int>(-records[i].devices) : 100;
+    engine->finalize();  // in order: no peer takes this for a death
+    if (static_cast<int>(i) == ctx.rank) {
+      std::rethrow_exception(cuda_error(
+          code, cuda->error_string(code),
+          "no usable CUDA device on this machine (no NVIDIA driver or no GPU; DeviceCommunicator "
+          "needs one per rank, CPU buffers go through Communicator): cudaGetDeviceCount",
+          ctx));
+    }
+    ctx.peer_rank = static_cast<int>(i);
+    throw BackendError("rank " + std::to_string(i) + " has no usable CUDA device (its "
+                           "cudaGetDeviceCount: CUDA error " + std::to_string(code) +
+                           "); DeviceCommunicator needs one on every rank",
+                       code, ctx);
+  }
   const std::string why = why_not_nccl(records);
   if (why.empty()) {
     if (engine->rank() == 0) {

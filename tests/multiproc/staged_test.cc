@@ -362,6 +362,39 @@ TEST_CASE("host-staged: kAuto picks NCCL only when every rank has a device of it
   }
 }
 
+TEST_CASE("kAuto with a rank that has no device fails every rank at once, naming that rank",
+          "[tcp][multiproc][staged][fault]") {
+  auto results = launch(2, 60, [&](int rank, const std::string& tf_config, const auto& report) {
+    FakeCudaRuntime::get().reset();
+    FakeCudaRuntime::get().device_count = rank == 1 ? 0 : 1;  // rank 1: a machine without a GPU
+    mwms::testing::FakeNcclWorld::get().reset();
+    mwms::CommunicatorOptions o = staged_options();
+    o.implementation = mwms::Implementation::kAuto;
+    try {
+      auto comm = mc::create_device_communicator(mwms::resolve_tf_config(tf_config), o,
+                                                 &mwms::testing::fake_nccl_api(),
+                                                 &mwms::testing::fake_cuda_api());
+      report("created: " + comm->describe());
+    } catch (const mwms::BackendError& e) {
+      report("BackendError " + std::to_string(e.native_code()) + ": " + e.what());
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK(r.seconds < 20);  // at once, not after a collective's timeout
+    CHECK_THAT(r.output, Catch::Matchers::StartsWith("BackendError 100: "));
+    CHECK_THAT(r.output, !Catch::Matchers::Contains("host-staged init"));
+  }
+  CHECK_THAT(results[1].output, Catch::Matchers::Contains(
+                                    "no usable CUDA device on this machine (no NVIDIA driver or no "
+                                    "GPU; DeviceCommunicator needs one per rank"));
+  CHECK_THAT(results[0].output, Catch::Matchers::Contains(
+                                    "rank 1 has no usable CUDA device (its cudaGetDeviceCount: "
+                                    "CUDA error 100); DeviceCommunicator needs one on every rank"));
+}
+
 TEST_CASE("kNccl with more ranks on a host than devices says why", "[tcp][multiproc][staged]") {
   auto results = launch(2, 60, [&](int, const std::string& tf_config, const auto& report) {
     FakeCudaRuntime::get().reset();
