@@ -26,6 +26,8 @@
 #                             bucket_perf --backend nccl (200 tensors, 25 MiB).
 # A GPU test that skips (exit 77) fails here: on a GPU machine a skip means it saw no device.
 # Usage: scripts/gpu_check.sh LOG_DIR [BUILD_DIR]
+# Without BUILD_DIR and with an nvidia-smi that fails (no driver, no GPU), it stops at once
+# (verdict "FAILED (nvidia-smi ...)") instead of building; GPU_CHECK_FORCE=1 builds anyway.
 # Writes LOG_DIR/gpu_check.log (everything), LOG_DIR/<step>.log per step and LOG_DIR/bench.jsonl;
 # exits 0 only when every step passed, and always ends with a "gpu_check: ..." verdict line.
 # Without BUILD_DIR the build goes to SOURCE/build-gpu-check (git-ignored), never under LOG_DIR:
@@ -76,7 +78,14 @@ give_up() {
 }
 
 say "gpu_check: $(date -u +%FT%TZ) on $(hostname), source $src, build directory $build"
-step nvidia-smi 30 nvidia-smi || say "(no working driver: the GPU steps below will fail)"
+if ! step nvidia-smi 30 nvidia-smi; then
+  say "(no working driver: the GPU steps below will fail)"
+  # nvidia-smi ran and failed (a step refused by the budget leaves no log): a CUDA build here
+  # would take minutes only for every GPU step to fail after it.
+  if [[ -z "$given_build" && -f "$log_dir/nvidia-smi.log" && -z "${GPU_CHECK_FORCE:-}" ]]; then
+    give_up "nvidia-smi: no working NVIDIA driver or GPU here, so the CUDA build was not started; pass a BUILD_DIR or set GPU_CHECK_FORCE=1 to build and run the steps anyway"
+  fi
+fi
 
 if [[ -z "$given_build" ]]; then
   jobs=$(nproc)

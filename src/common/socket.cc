@@ -283,7 +283,10 @@ Socket try_connect(const std::string& host, int port, Deadline deadline, std::st
       *err = std::strerror(errno);
       continue;
     }
-    Deadline attempt = std::min(deadline, deadline_after(5.0));
+    // At most 5 s per attempt, but at least 50 ms past the caller's deadline: the last attempt
+    // of a retry loop starts just before it, and without the margin it would report "timed out"
+    // instead of the refusal the peer's host sends back within microseconds.
+    Deadline attempt = std::max(std::min(deadline, deadline_after(5.0)), deadline_after(0.05));
     if (wait_fd(s.fd(), POLLOUT, attempt).status != IoStatus::kOk) {
       *err = "connect attempt timed out";
       continue;

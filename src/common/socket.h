@@ -72,7 +72,8 @@ Socket adopt_listener(int fd);
 
 /// Connects to host:port, retrying refused/unreachable/unresolvable attempts with back-off
 /// (10 ms doubling to 500 ms) until `deadline`. On failure returns an invalid Socket and a text
-/// describing the last attempt's error in *last_error.
+/// describing the last attempt's error in *last_error (each attempt waits at least 50 ms, past
+/// `deadline` if need be, so a refusal is told from a timeout).
 Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error);
 
 /// Accepts one connection before `deadline`; invalid Socket on timeout or error (see *result).

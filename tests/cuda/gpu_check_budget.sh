@@ -38,4 +38,18 @@ want+=" doctor-gpu gpu-staged2 gpu-auto1 gpu-replicas gpubench-nccl gpubench-buc
 got=$(sed -n 's/^== FAIL \([^ ]*\) (budget.*/\1/p' "$work/out2" | grep -v -- '-build$' | xargs)
 [[ $got == "$want" ]] || fail "steps refused: '$got', expected '$want'"
 tail -n 1 "$work/out2" | grep -qx 'gpu_check: FAILED' || fail "no verdict line at the end"
-echo "ok gpu_check.sh reports every step under its budget and keeps its build out of LOG_DIR"
+# Without BUILD_DIR on a machine whose nvidia-smi fails: no build, a verdict at once.
+mkdir -p "$work/stub"
+printf '#!/bin/sh\necho "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."\nexit 9\n' \
+  > "$work/stub/nvidia-smi"
+chmod +x "$work/stub/nvidia-smi"
+rc=0
+start=$SECONDS
+PATH=$work/stub:$PATH "$script" "$work/logs3" > "$work/out3" 2>&1 || rc=$?
+cat "$work/out3"
+[[ $rc -eq 1 ]] || fail "exit status $rc with a failing nvidia-smi, expected 1"
+(( SECONDS - start < 30 )) || fail "took $((SECONDS - start)) s with a failing nvidia-smi"
+! grep -q '^== .* configure' "$work/out3" || fail "configured a build with a failing nvidia-smi"
+tail -n 1 "$work/out3" | grep -q '^gpu_check: FAILED (nvidia-smi: no working NVIDIA driver' ||
+  fail "no verdict naming nvidia-smi"
+echo "ok gpu_check.sh reports every step under its budget, keeps its build out of LOG_DIR and builds nothing without a driver"

@@ -148,3 +148,18 @@ TEST_CASE("adopt_listener makes the inherited socket close-on-exec, non-blocking
   }
   CHECK(::fcntl(fd, F_GETFD) == -1);  // owned: closed with the Socket
 }
+
+TEST_CASE("connect_tcp to a port nobody listens on says refused, not timed out", "[unit]") {
+  // Bound, not listening: the port stays ours, and every connect to it is refused at once.
+  const int fd = tcp4("127.0.0.1", false);
+  const int port = port_of(fd);
+  for (double seconds : {0.0, 0.01, 0.05, 0.3}) {
+    INFO("deadline in " << seconds << " s");
+    std::string error;
+    mwms::common::Socket s =
+        mwms::common::connect_tcp("127.0.0.1", port, mwms::common::deadline_after(seconds), &error);
+    CHECK_FALSE(s.valid());
+    CHECK_THAT(error, Contains("refused"));
+  }
+  ::close(fd);
+}
