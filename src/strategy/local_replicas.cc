@@ -32,6 +32,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/exception_text.h"
 #include "kernels/reduce.h"
 
 namespace mwms::strategy {
@@ -39,15 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() +
@@ -117,7 +109,7 @@ void LocalReplicas::run_body(int local_id) {
   } catch (...) {
     std::exception_ptr error = std::current_exception();
     std::lock_guard<std::mutex> lock(mu_);
-    fail_locked(local_id, error, what_of(error));
+    fail_locked(local_id, error, common::exception_text(error));
   }
   std::lock_guard<std::mutex> lock(mu_);
   returned_[static_cast<std::size_t>(local_id)] = 1;
@@ -364,7 +356,7 @@ void LocalReplicas::lead(const std::function<void()>& fn) {
     std::exception_ptr error = std::current_exception();
     std::lock_guard<std::mutex> lock(mu_);
     leader_busy_ = false;
-    fail_locked(0, error, what_of(error));
+    fail_locked(0, error, common::exception_text(error));
     throw;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,7 @@
 #include "collective/backend/nccl_backend.h"
 
 #include "collective/backend/cuda_api.h"
+#include "common/exception_text.h"
 #include "common/logging.h"
 
 namespace mwms::collective {
@@ -116,15 +117,6 @@ std::exception_ptr finalize_and_destroy(NcclShared& s, Deadline deadline, double
   return error;
 }
 
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
 
 }  // namespace
 
@@ -253,7 +245,7 @@ NcclBackend::~NcclBackend() {
               finalize_and_destroy(s, common::deadline_after(limit), limit,
                                    context("finalize", static_cast<std::int64_t>(seq_)))) {
         MWMS_LOG_WARN(kColl, "nccl: finalize at shutdown failed, the communicator was aborted: "
-                                 << what_of(e));
+                                 << common::exception_text(e));
       }
     }
   }
@@ -288,8 +280,9 @@ void NcclBackend::throw_if_unusable(const ErrorContext& ctx) const {
                        ctx);
   }
   if (cause) {
-    throw InvalidUsage("the NCCL communicator is poisoned by an earlier failure: " + what_of(cause),
-                       ctx);
+    throw InvalidUsage(
+        "the NCCL communicator is poisoned by an earlier failure: " + common::exception_text(cause),
+        ctx);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/exception_text.h"
 #include "common/logging.h"
 
 namespace mwms::collective {
@@ -211,11 +212,8 @@ NcclReplicaGroup::~NcclReplicaGroup() {
   // ncclCommAbort freed the communicators, or finalize() destroyed them.
   if (s.aborted || s.destroyed) return;
   if (std::exception_ptr e = finalize_locked()) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      MWMS_LOG_WARN(kColl, "nccl replica group: finalize at shutdown failed: " << x.what());
-    }
+    MWMS_LOG_WARN(kColl, "nccl replica group: finalize at shutdown failed: "
+                             << common::exception_text(e));
   }
 }
 
@@ -298,13 +296,9 @@ void NcclReplicaGroup::finalize() {
     if (shared_->finalized) return;
   }
   if (std::exception_ptr cause = shared_->failure()) {
-    std::string why = "cannot finalize the NCCL replica group: it is poisoned";
-    try {
-      std::rethrow_exception(cause);
-    } catch (const std::exception& e) {
-      why += " by an earlier failure: " + std::string(e.what());
-    }
-    throw InvalidUsage(why, context("finalize", static_cast<std::int64_t>(seq_)));
+    throw InvalidUsage("cannot finalize the NCCL replica group: it is poisoned by an earlier "
+                       "failure: " + common::exception_text(cause),
+                       context("finalize", static_cast<std::int64_t>(seq_)));
   }
   if (std::shared_ptr<Work> last = std::move(last_)) last->wait();  // its error poisoned the group
   NcclGroupShared& s = *shared_;
@@ -404,13 +398,9 @@ std::shared_ptr<Work> NcclReplicaGroup::launch(const DeviceCall* calls, std::siz
     }
   }
   if (std::exception_ptr cause = shared_->failure()) {
-    std::string why = "the NCCL replica group is poisoned";
-    try {
-      std::rethrow_exception(cause);
-    } catch (const std::exception& e) {
-      why += " by an earlier failure: " + std::string(e.what());
-    }
-    throw InvalidUsage(why, ctx);
+    throw InvalidUsage(
+        "the NCCL replica group is poisoned by an earlier failure: " + common::exception_text(cause),
+        ctx);
   }
   const std::size_t total = per_replica * static_cast<std::size_t>(k);
   for (std::size_t i = 0; i < total; ++i) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/exception_text.h"
 #include "common/logging.h"
 
 namespace mwms::collective {
@@ -12,15 +13,6 @@ namespace {
 using common::Clock;
 using common::Deadline;
 
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
 
 }  // namespace
 
@@ -385,7 +377,7 @@ void StagedBackend::throw_if_unusable(const ErrorContext& ctx) {
   }
   if (std::exception_ptr cause = shared_->failure()) {
     throw InvalidUsage("the host-staged device communicator is poisoned by an earlier failure: " +
-                           what_of(cause), ctx);
+                           common::exception_text(cause), ctx);
   }
 }
 
