@@ -51,6 +51,19 @@ void write_metrics(const std::string& path, const RunSummary& s) {
                       {"model", s.model},
                       {"local_replicas", s.local_replicas},
                       {"device", s.device}};
+  if (s.mode != "all-reduce") {
+    j["mode"] = s.mode;
+    j["num_ps"] = s.num_ps;
+    j["global_step"] = s.global_step;
+    j["pushes"] = s.pushes;
+    j["dropped_stale"] = s.dropped_stale;
+    j["bytes_pushed_per_ps"] = s.bytes_pushed;
+    j["bytes_pulled_per_ps"] = s.bytes_pulled;
+    if (!s.staleness_histogram.empty()) j["staleness_histogram"] = s.staleness_histogram;
+    if (!s.lost_workers.empty()) j["lost_workers"] = s.lost_workers;
+  } else {
+    j["mode"] = s.mode;
+  }
   j["per_epoch"] = nlohmann::json::array();
   for (const auto& e : s.per_epoch) j["per_epoch"].push_back(to_json(e));
 

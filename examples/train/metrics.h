@@ -38,6 +38,18 @@ struct RunSummary {
   double allreduce_seconds = 0;   ///< total over this run's epochs
   double exposed_allreduce_seconds = 0;  ///< total over this run's epochs
   std::vector<EpochStats> per_epoch;  ///< the epochs trained by this run
+  /// "all-reduce", or the parameter-server modes "ps-sync" / "ps-async" (docs/parameter_server.md);
+  /// the fields below are written for the ps modes only.
+  std::string mode = "all-reduce";
+  int num_ps = 0;
+  long long global_step = 0;       ///< updates the ps applied (ps 0's count)
+  long long pushes = 0;            ///< gradients this task pushed (worker) or received (ps)
+  long long dropped_stale = 0;     ///< gradients dropped as stale (sync)
+  std::vector<unsigned long long> bytes_pushed;  ///< gradient bytes, by ps
+  std::vector<unsigned long long> bytes_pulled;  ///< variable bytes, by ps
+  /// ps metrics: applied gradients by staleness (last bucket: that many or more).
+  std::vector<long long> staleness_histogram;
+  std::vector<std::string> lost_workers;  ///< ps metrics: workers it lost
 };
 
 /// Mean images/s over the epochs of `summary` (0 when none).

@@ -24,6 +24,7 @@
 #include "gpu_model.h"
 #include "idx_reader.h"
 #include "metrics.h"
+#include "ps_trainer.h"
 #include "trainer.h"
 
 namespace {
@@ -45,6 +46,13 @@ struct Flags {
   int local_replicas = 1;
   std::string device = "auto";
   std::string device_why;  // why --device auto chose what it chose (printed in the banner)
+  // Parameter-server mode (a "ps" job in the cluster).
+  bool sync_replicas = false;
+  int replicas_to_aggregate = 0;
+  int max_staleness = -1;
+  std::string optimizer = "momentum";
+  std::string ps_placement = "round_robin";
+  int ps_partitions = 0;
 };
 
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
@@ -116,6 +124,32 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
                  "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)")
+      ->capture_default_str();
+  app.add_flag("--sync_replicas", f.sync_replicas,
+               "Parameter-server mode: synchronous updates (SyncReplicasOptimizer); default: "
+               "asynchronous");
+  app.add_option("--replicas_to_aggregate", f.replicas_to_aggregate,
+                 "Synchronous ps mode: gradients averaged per step (0: every worker; fewer: "
+                 "the others are backup workers)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max_staleness", f.max_staleness,
+                 "Asynchronous ps mode: a worker this many pushes ahead of the slowest waits "
+                 "(-1: no bound)")
+      ->check(CLI::Range(-1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--optimizer", f.optimizer,
+                 "sgd, momentum (0.9) or adam; the all-reduce mode runs momentum only")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
+      ->capture_default_str();
+  app.add_option("--ps_placement", f.ps_placement,
+                 "Parameter-server mode: round_robin (replica_device_setter) or greedy (by bytes)")
+      ->check(CLI::IsMember({"round_robin", "greedy"}))
+      ->capture_default_str();
+  app.add_option("--ps_partitions", f.ps_partitions,
+                 "Parameter-server mode: split every variable into this many shards along axis 0 "
+                 "(fixed_size_partitioner; 0: none)")
+      ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -262,10 +296,116 @@ void print_epoch(const EpochStats& e, int epochs) {
   std::fflush(stdout);
 }
 
+// Parameter-server mode (docs/parameter_server.md): the cluster has a "ps" job. A ps task serves
+// until the chief ends the job (TF's server.join()); workers train through PsTrainer.
+int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
+  mwms::ParameterServerOptions options;
+  options.sync_replicas = f.sync_replicas;
+  options.replicas_to_aggregate = f.replicas_to_aggregate;
+  options.max_staleness = f.max_staleness;
+  options.timeout_seconds = f.timeout_seconds;
+  options.optimizer.kind = mwms::parse_optimizer(f.optimizer);
+  options.optimizer.learning_rate = f.train.learning_rate;
+  options.optimizer.momentum = f.train.momentum;
+  options.placement = mwms::parse_ps_placement(f.ps_placement);
+  if (f.ps_partitions > 0) options.partitioner = mwms::Partitioner::fixed_size(f.ps_partitions);
+  mwms::ParameterServerStrategy strategy(cluster, options);
+  RunSummary summary;
+  summary.mode = f.sync_replicas ? "ps-sync" : "ps-async";
+  summary.num_ps = cluster.num_ps;
+  summary.world_size = cluster.num_workers;
+  summary.model = f.train.model;
+  summary.source = mwms::source_name(cluster.source);
+  summary.task = cluster.task_name();
+  summary.global_batch_size = f.train.global_batch_size;
+  summary.learning_rate = f.train.learning_rate;
+  summary.seed = f.train.seed;
+  if (strategy.is_ps()) {
+    std::printf("train: %s is a parameter server; serving %d worker(s) until the chief ends the "
+                "job\n", cluster.task_name().c_str(), cluster.num_workers);
+    std::fflush(stdout);
+    const mwms::ParameterServerStats s = strategy.join();
+    std::printf("train: %s done: %lld gradient(s) received, %lld applied, %lld dropped as stale, "
+                "global step %lld%s\n",
+                cluster.task_name().c_str(), static_cast<long long>(s.pushes),
+                static_cast<long long>(s.applied), static_cast<long long>(s.dropped_stale),
+                static_cast<long long>(s.global_step),
+                s.lost_workers.empty() ? "" : ", lost workers:");
+    for (const std::string& w : s.lost_workers) std::printf("train:   lost %s\n", w.c_str());
+    if (!f.metrics_file.empty()) {
+      summary.global_step = s.global_step;
+      summary.pushes = s.pushes;
+      summary.dropped_stale = s.dropped_stale;
+      summary.bytes_pushed.assign(s.bytes_pushed.begin(), s.bytes_pushed.end());
+      summary.bytes_pulled.assign(s.bytes_pulled.begin(), s.bytes_pulled.end());
+      summary.staleness_histogram.assign(s.staleness_histogram.begin(),
+                                         s.staleness_histogram.end());
+      summary.lost_workers = s.lost_workers;
+      mwms::train::write_metrics(f.metrics_file + ".ps" + std::to_string(cluster.task.index) +
+                                     ".json",
+                                 summary);
+    }
+    return 0;
+  }
+  const mwms::train::Dataset train_set = mwms::train::load_split(f.data_dir, "train", 10);
+  const mwms::train::Dataset test_set = mwms::train::load_split(f.data_dir, "t10k", 10);
+  mwms::train::PsTrainer trainer(f.train, strategy, train_set, test_set);
+  const bool leader = strategy.is_chief();
+  if (leader) {
+    std::printf("train: %s, model %s, parameter servers: %d ps, %d worker(s), %s%s, optimizer "
+                "%s, global batch %d, %d step(s)/epoch, lr %g\n",
+                cluster.task_name().c_str(), f.train.model.c_str(), cluster.num_ps,
+                cluster.num_workers, f.sync_replicas ? "synchronous" : "asynchronous",
+                f.sync_replicas && f.replicas_to_aggregate > 0
+                    ? (" (replicas_to_aggregate " + std::to_string(f.replicas_to_aggregate) + ")")
+                          .c_str()
+                    : "",
+                f.optimizer.c_str(), f.train.global_batch_size, trainer.steps_per_epoch(),
+                f.train.learning_rate);
+    std::fflush(stdout);
+  }
+  trainer.prepare();
+  summary.epochs = f.train.epochs;
+  for (int epoch = 0; epoch < f.train.epochs && !strategy.should_stop(); ++epoch) {
+    EpochStats stats = trainer.train_epoch(epoch);
+    if (leader) stats.test_accuracy = trainer.evaluate();
+    summary.per_epoch.push_back(stats);
+    if (!leader) continue;
+    std::printf("epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f images/s (%d step(s), global "
+                "step %lld)\n",
+                stats.epoch, f.train.epochs, stats.train_loss, stats.test_accuracy,
+                stats.images_per_sec, stats.steps, static_cast<long long>(strategy.global_step()));
+    std::fflush(stdout);
+  }
+  if (!summary.per_epoch.empty()) {
+    summary.test_accuracy = leader ? summary.per_epoch.back().test_accuracy : 0;
+    summary.final_train_loss = summary.per_epoch.back().train_loss;
+  }
+  const mwms::train::PsSummary ps = trainer.summary();
+  summary.global_step = ps.global_step;
+  summary.pushes = ps.pushes;
+  summary.dropped_stale = ps.dropped_stale;
+  summary.bytes_pushed.assign(ps.bytes_pushed.begin(), ps.bytes_pushed.end());
+  summary.bytes_pulled.assign(ps.bytes_pulled.begin(), ps.bytes_pulled.end());
+  strategy.finalize();  // goodbye to every ps; the chief's ends the job
+  if (!leader && ps.dropped_stale > 0) {
+    std::printf("train: %s: %lld gradient(s) dropped as stale\n", cluster.task_name().c_str(),
+                static_cast<long long>(ps.dropped_stale));
+  }
+  if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
+  return 0;
+}
+
 int run(const Flags& flags) {
   // Workers share the cores; Eigen's own threads would only compete with the other processes.
   Eigen::setNbThreads(1);
   mwms::ResolvedCluster cluster = resolve_cluster(flags);
+  if (cluster.num_ps > 0 && cluster.task.type != "evaluator") return run_ps(flags, cluster);
+  if (flags.optimizer != "momentum") {
+    throw std::runtime_error("--optimizer " + flags.optimizer + ": the all-reduce mode trains "
+                             "with momentum only (the parameter-server mode runs sgd, momentum "
+                             "and adam)");
+  }
   const Flags f = cluster.in_ring ? flags : evaluator_flags(flags, cluster);
   if (!cluster.in_ring) cluster = mwms::ResolvedCluster{};  // leader of its own world of one
   // Note [gpu replica]: the device communicator's rendezvous runs first and is over (its listener

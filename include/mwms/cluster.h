@@ -68,11 +68,17 @@ struct MWMS_API ResolvedCluster {
   /// every task; empty for MPI, torchrun and a process started with no source.
   ClusterSpec cluster;
   TaskSpec task;  ///< this process's task; {"worker", rank} for the launcher sources
-  int task_id = 0;          ///< rank in the ring (TF's id_in_cluster); 0 for an evaluator
+  /// Rank in the ring (TF's id_in_cluster); 0 for an evaluator; for a ps task, num_workers +
+  /// its index: its rank in the parameter-server job mesh, after every training task (TF gives
+  /// a ps no id; no all-reduce ring ever holds it).
+  int task_id = 0;
   int num_workers = 1;      ///< world size: chiefs + workers (1 for an evaluator)
+  int num_ps = 0;           ///< tasks of the cluster's "ps" job (parameter servers)
   bool is_chief = true;     ///< leader: the chief, or worker 0 when there is no chief; an
                             ///< evaluator is chief of its own world (multi_worker_util.is_chief)
-  bool in_ring = true;      ///< false for an evaluator: its own world of one, never joins the ring
+  bool in_ring = true;      ///< false for an evaluator (its own world of one) and for a ps task
+                            ///< (it serves variables, mwms/parameter_server.h): neither ever
+                            ///< joins an all-reduce ring
   std::vector<std::string> ring;  ///< addresses in rank order ("host:port")
   ClusterSource source = ClusterSource::kDefault;  ///< where the configuration came from
   std::string source_detail;      ///< e.g. "TF_CONFIG environment variable", "--tf_config FILE"
@@ -94,7 +100,8 @@ struct MWMS_API ResolvedCluster {
 /// @throws BootstrapError (naming task and address): malformed JSON, no "cluster" (naming the keys
 ///   that were found, e.g. Kubeflow's "sparseCluster"), missing "task"/"type"/"index", task type
 ///   not in the cluster, index out of range, two chiefs, a job name TF does not allow (a "master"
-///   job gets a hint to use "chief"), a process started as "ps", and libmwms's deliberate stricter
+///   job gets a hint to use "chief"), a ps task in a cluster without chief or worker, and
+///   libmwms's deliberate stricter
 ///   checks (docs/tf_config.md: address syntax and length, duplicates, loopback mixing, ...).
 /// @throws InvalidArgument when the text breaks a limit of Note [bounded TF_CONFIG]: over 1 MiB,
 ///   invalid UTF-8, nesting over 16, over 4096 tasks, a number that does not fit a double.
@@ -110,7 +117,7 @@ MWMS_API ResolvedCluster resolve_flags(std::string_view job_name, int task_index
 
 /// An explicit ClusterSpec and TaskSpec, validated with the same rules (an empty cluster is a world
 /// of one). Thread-safe; reads no environment. @throws BootstrapError as resolve_tf_config does
-/// (task type not in the cluster, index out of range, a process started as "ps", ...).
+/// (task type not in the cluster, index out of range, ...).
 MWMS_API ResolvedCluster resolve_explicit(const ClusterSpec& cluster, const TaskSpec& task);
 
 /// From the process environment, in one precedence (docs/launchers.md): TF_CONFIG when set and

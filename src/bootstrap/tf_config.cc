@@ -96,13 +96,12 @@ ResolvedCluster resolve_task(const ClusterSpec& cluster, const TaskSpec& task,
                          " (valid indexes 0.." + std::to_string(count - 1) + ")");
   }
   const std::string& address = cluster.task_address(task.type, task.index);
-  if (task.type == "ps") {
+  int chiefs = cluster.num_tasks("chief");
+  int workers = cluster.num_tasks("worker");
+  if (task.type == "ps" && chiefs + workers == 0) {
     throw BootstrapError(std::string(where) + ": this process is task " + task_label(task) +
-                         " at " + address +
-                         ", a parameter server. An all-reduce strategy "
-                         "(MultiWorkerMirroredStrategy) does not use parameter servers: do not "
-                         "start this process (or remove the \"ps\" job from its launcher); only "
-                         "chief and worker tasks train, an evaluator may run on its own");
+                         " at " + address + ", a parameter server, but the cluster has no chief "
+                         "or worker to serve (" + describe_jobs(cluster) + ")");
   }
   ResolvedCluster r;
   r.cluster = cluster;
@@ -114,15 +113,19 @@ ResolvedCluster resolve_task(const ClusterSpec& cluster, const TaskSpec& task,
     r.num_workers = 1;
     r.is_chief = true;
     r.in_ring = false;
+    r.num_ps = cluster.num_tasks("ps");
     r.ring = {address};
     return r;
   }
-  int chiefs = cluster.num_tasks("chief");
-  int workers = cluster.num_tasks("worker");
-  r.task_id = task.type == "chief" ? 0 : task.index + chiefs;
   r.num_workers = chiefs + workers;
-  r.is_chief = task.type == "chief" || (chiefs == 0 && task.index == 0);
-  r.in_ring = true;
+  r.num_ps = cluster.num_tasks("ps");
+  // Note [ps rank]: a ps task has no id in TF's collective ring (multi_worker_util.id_in_cluster
+  // raises for it); libmwms gives it the rank after every training task in the job mesh of the
+  // parameter-server mode (ps_job_cluster), and keeps it out of every all-reduce ring.
+  r.task_id = task.type == "chief" ? 0 : task.type == "ps" ? r.num_workers + task.index
+                                                            : task.index + chiefs;
+  r.is_chief = task.type == "chief" || (chiefs == 0 && task.type == "worker" && task.index == 0);
+  r.in_ring = task.type != "ps";
   // Ring order is rank order: the chief, then workers in list order (never re-sorted by port).
   for (const char* job : {"chief", "worker"}) {
     auto it = cluster.jobs().find(job);
@@ -323,9 +326,12 @@ std::string ResolvedCluster::task_name_of_rank(int rank) const {
   int chiefs = cluster.num_tasks("chief");
   int training = chiefs + cluster.num_tasks("worker");
   // Outside a TF ring (single process, evaluator, empty cluster) rank 0 is this process.
-  if (source == ClusterSource::kDefault || !in_ring || training == 0) {
+  if (source == ClusterSource::kDefault || (!in_ring && task.type != "ps") || training == 0) {
     return rank == 0 ? task_name() : "rank " + std::to_string(rank);
   }
+  const int ps = cluster.num_tasks("ps");
+  // Note [ps rank]: the ps tasks follow the training tasks in the parameter-server job mesh.
+  if (rank >= training && rank < training + ps) return "ps " + std::to_string(rank - training);
   if (rank < 0 || rank >= training) return "rank " + std::to_string(rank);
   return rank < chiefs ? "chief " + std::to_string(rank)
                        : "worker " + std::to_string(rank - chiefs);

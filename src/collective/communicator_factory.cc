@@ -83,13 +83,7 @@ HostLayout host_layout_of(const std::vector<bootstrap::PeerInfo>& peers) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster,
-                                                  const CommunicatorOptions& options) {
-  if (options.implementation == Implementation::kNccl) {
-    throw InvalidArgument("Implementation::kNccl is for device buffers: Communicator carries host "
-                          "buffers over the engine (use kAuto or kRing); for GPU buffers create a "
-                          "DeviceCommunicator (mwms/device_communicator.h) with kNccl");
-  }
+ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
   const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
   const double connect_timeout =
       positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
@@ -152,13 +146,13 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
       MWMS_LOG_INFO(kEnv, var.name << " " << common::env_value_for_log(var.name));
     }
   }
+  ConnectedJob job;
+  job.timeout_seconds = timeout;
+  job.engine.timeout_seconds = timeout;
   if (alone) {
-    // A world of one still copies (reduce-scatter into recv, all-gather's own block).
-    std::vector<std::unique_ptr<Link>> none(1);
-    EngineOptions eopts;
-    eopts.timeout_seconds = timeout;
-    auto backend = std::make_unique<EngineBackend>(0, std::move(none), nullptr, eopts);
-    return make_front_end(std::move(rv.cluster), std::move(backend), timeout);
+    job.links.resize(1);  // a world of one still copies (reduce-scatter into recv, ...)
+    job.cluster = std::move(rv.cluster);
+    return job;
   }
 
   // Phase 2: a transport per pair, the mesh (control links + TCP data links), the other links.
@@ -205,8 +199,7 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   live.op = "heartbeat";
   control->start_heartbeat(heartbeat, live);
 
-  EngineOptions eopts;
-  eopts.timeout_seconds = timeout;
+  EngineOptions& eopts = job.engine;
   eopts.runner.chunk_bytes = topts.chunk_bytes;
   eopts.runner.spin_seconds =
       static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
@@ -223,13 +216,39 @@ std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster
   eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
   eopts.topology = topology_of(rv.peers);
   eopts.hosts = host_layout_of(rv.peers);
-  auto backend = std::make_unique<EngineBackend>(c.task_id, std::move(links), std::move(control),
-                                                 eopts);
-  if (c.is_chief) {
-    MWMS_LOG_INFO(kInit, "libmwms communicator ready: world size " << n << ", "
-                                                                   << backend->describe());
+  job.links = std::move(links);
+  job.control = std::move(control);
+  job.peers = std::move(rv.peers);
+  job.cluster = std::move(rv.cluster);
+  return job;
+}
+
+std::unique_ptr<Communicator> create_communicator(const ResolvedCluster& cluster,
+                                                  const CommunicatorOptions& options) {
+  if (options.implementation == Implementation::kNccl) {
+    throw InvalidArgument("Implementation::kNccl is for device buffers: Communicator carries host "
+                          "buffers over the engine (use kAuto or kRing); for GPU buffers create a "
+                          "DeviceCommunicator (mwms/device_communicator.h) with kNccl");
   }
-  return make_front_end(std::move(rv.cluster), std::move(backend), timeout);
+  if (cluster.task.type == "ps") {
+    const std::string at = cluster.task.index < cluster.cluster.num_tasks("ps")
+                               ? " at " + cluster.cluster.task_address("ps", cluster.task.index)
+                               : std::string();
+    throw BootstrapError(
+        "this process is task " + cluster.task_name() + at + ", a parameter server. An "
+        "all-reduce strategy (MultiWorkerMirroredStrategy, Communicator) does not use parameter "
+        "servers: run it as a ParameterServerStrategy (mwms/parameter_server.h; `train` does "
+        "when the cluster has a \"ps\" job), or remove the \"ps\" job from its launcher");
+  }
+  ConnectedJob job = connect_job(cluster, options);
+  const int rank = job.cluster.task_id;
+  auto backend = std::make_unique<EngineBackend>(job.control ? rank : 0, std::move(job.links),
+                                                 std::move(job.control), job.engine);
+  if (job.cluster.is_chief && job.cluster.num_workers > 1) {
+    MWMS_LOG_INFO(kInit, "libmwms communicator ready: world size " << job.cluster.num_workers
+                                                                   << ", " << backend->describe());
+  }
+  return make_front_end(std::move(job.cluster), std::move(backend), job.timeout_seconds);
 }
 
 }  // namespace mwms::collective

@@ -122,17 +122,29 @@ std::vector<Listener> listen_on_free_ports(int n) {
   return out;
 }
 
-// TF_CONFIG of task `rank` of a cluster whose tasks are at `addresses` (with_chief: the first is
-// the chief, the others workers 0..n-2).
-std::string tf_config(const std::vector<std::string>& addresses, int rank, bool with_chief) {
+// TF_CONFIG of task `rank` of a cluster whose tasks are at `addresses`: the first `training` are
+// the training tasks (with_chief: the first of them is the chief, the others workers 0..n-2), the
+// rest the ps tasks 0..M-1 (--ps M).
+std::string tf_config(const std::vector<std::string>& addresses, int rank, bool with_chief,
+                      int training) {
   nlohmann::json cluster;
   nlohmann::json workers = nlohmann::json::array();
-  for (std::size_t i = with_chief ? 1 : 0; i < addresses.size(); ++i) workers.push_back(addresses[i]);
+  nlohmann::json ps = nlohmann::json::array();
+  for (int i = with_chief ? 1 : 0; i < training; ++i) workers.push_back(addresses[i]);
+  for (std::size_t i = static_cast<std::size_t>(training); i < addresses.size(); ++i) {
+    ps.push_back(addresses[i]);
+  }
   cluster["worker"] = workers;
   if (with_chief) cluster["chief"] = nlohmann::json::array({addresses[0]});
+  if (!ps.empty()) cluster["ps"] = ps;
   nlohmann::json task;
-  task["type"] = with_chief && rank == 0 ? "chief" : "worker";
-  task["index"] = with_chief ? (rank == 0 ? 0 : rank - 1) : rank;
+  if (rank >= training) {
+    task["type"] = "ps";
+    task["index"] = rank - training;
+  } else {
+    task["type"] = with_chief && rank == 0 ? "chief" : "worker";
+    task["index"] = with_chief ? (rank == 0 ? 0 : rank - 1) : rank;
+  }
   return nlohmann::json{{"cluster", cluster}, {"task", task}}.dump();
 }
 
@@ -234,8 +246,9 @@ void kill_all(std::vector<Task>& tasks, double grace) {
 class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: mwmsrun -np N [--chief] [--grace S] [--] PROGRAM [ARGS...]\n"
-           "       mwmsrun (-np N | --hosts HOST[:SLOTS],...) [--chief] --print-tf-config\n";
+    return "Usage: mwmsrun -np N [--chief] [--ps M] [--grace S] [--] PROGRAM [ARGS...]\n"
+           "       mwmsrun (-np N | --hosts HOST[:SLOTS],...) [--chief] [--ps M] "
+           "--print-tf-config\n";
   }
 };
 
@@ -266,6 +279,7 @@ int main(int argc, char** argv) {
                "binding), prefixes their output with the rank and ends them together"};
   int np = 0;
   bool chief = false;
+  int num_ps = 0;
   double grace = 5;
   std::string hosts;
   bool print_only = false;
@@ -275,6 +289,9 @@ int main(int argc, char** argv) {
       ->check(whole_number_in(1, 1024));
   app.add_flag("--chief", chief, "task 0 is the chief and the others workers 0..N-2 "
                "(default: N workers)");
+  app.add_option("--ps", num_ps, "also start M parameter-server tasks (TF_CONFIG job \"ps\"), "
+                 "after the N training tasks: N + M processes (with --hosts: the last M slots)")
+      ->check(whole_number_in(0, 1024));
   app.add_option("--grace", grace, "seconds between SIGTERM and SIGKILL when stopping the others "
                  "after a failure")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_option("--hosts", hosts, "with --print-tf-config: HOST[:SLOTS],... of a multi-host "
@@ -291,7 +308,8 @@ int main(int argc, char** argv) {
   // Anything else that looks like an option before PROGRAM is a mistake (a typo, or PROGRAM's
   // own option without PROGRAM): refused, not taken as the program's name.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::set<std::string> with_value{"-n", "--np", "--grace", "--hosts", "--port-base"};
+  const std::set<std::string> with_value{"-n", "--np", "--ps", "--grace", "--hosts",
+                                        "--port-base"};
   const std::set<std::string> flags{"--chief", "--print-tf-config", "-h", "--help"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
@@ -338,8 +356,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::vector<std::string> per_task = parse_hosts(hosts);
-      if (np != 0 && np != static_cast<int>(per_task.size())) {
-        std::cerr << "mwmsrun: error: -np " << np << " but --hosts " << hosts << " lists "
+      if (np != 0 && np + num_ps != static_cast<int>(per_task.size())) {
+        std::cerr << "mwmsrun: error: -np " << np << " + --ps " << num_ps << " but --hosts " << hosts << " lists "
                   << per_task.size() << " slot(s); give one of them, or make them agree"
                   << std::endl;
         return 2;
@@ -354,7 +372,7 @@ int main(int argc, char** argv) {
                   << std::endl;
         return 2;
       }
-      listeners = listen_on_free_ports(np);
+      listeners = listen_on_free_ports(np + num_ps);
       for (const Listener& l : listeners) {
         addresses.push_back("127.0.0.1:" + std::to_string(l.port));
       }
@@ -364,7 +382,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int n = static_cast<int>(addresses.size());
-  if (chief && n < 1) return 2;
+  const int training = n - num_ps;
+  if (training < 1) {
+    std::cerr << "mwmsrun: error: --ps " << num_ps << " leaves no training task (" << n
+              << " in all): a parameter-server job needs at least one worker" << std::endl;
+    return 2;
+  }
   if (print_only || n == 1) {
     // Nothing listens: printed for tasks started elsewhere, or one task (world size 1, which
     // has no listener).
@@ -376,7 +399,7 @@ int main(int argc, char** argv) {
       const std::string host = addresses[static_cast<std::size_t>(r)].substr(
           0, addresses[static_cast<std::size_t>(r)].rfind(':'));
       std::cout << "# task " << r << " on " << host << "\nTF_CONFIG='"
-                << tf_config(addresses, r, chief) << "'\n";
+                << tf_config(addresses, r, chief, training) << "'\n";
     }
     return 0;
   }
@@ -410,7 +433,7 @@ int main(int argc, char** argv) {
       signal_all(tasks, SIGKILL);
       return 2;
     }
-    const std::string config = tf_config(addresses, r, chief);
+    const std::string config = tf_config(addresses, r, chief, training);
     const int listen_fd = listeners.empty() ? -1 : listeners[static_cast<std::size_t>(r)].fd;
     const std::string listen_fd_text = std::to_string(listen_fd);
     const pid_t parent = ::getpid();

@@ -1,0 +1,185 @@
+/// @file parameter_server.h
+/// Parameter-server training, after TensorFlow 1's distributed job (tf.train.Server +
+/// replica_device_setter + SyncReplicasOptimizer) and TF 2's ParameterServerStrategy: ps tasks
+/// hold the variables, sharded and placed by TF's rules (mwms/ps_placement.h), and run the
+/// optimizer (mwms/optimizer.h) on the shards they hold; workers pull the variables, compute
+/// gradients and push them. Two modes:
+/// - synchronous (SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)): every global
+///   step averages exactly replicas_to_aggregate gradients computed on that step; a gradient
+///   computed on an older step is dropped (counted); every worker starts the next step from the
+///   same parameters. With total_num_replicas > replicas_to_aggregate (backup workers) the
+///   slowest worker's gradient is dropped and nobody waits for it.
+/// - asynchronous (TF 1's default): each push is applied when it arrives; the staleness of each
+///   applied gradient (updates the ps applied since that worker pulled) is measured. An optional
+///   bound (max_staleness, stale-synchronous parallel) makes a worker that is too far ahead wait.
+///
+/// Every task of the cluster (chief, workers, ps) constructs a ParameterServerStrategy from the
+/// same cluster: the constructor runs the rendezvous over all of them and connects each worker
+/// to every ps over the links a Communicator uses (shared memory on one host, TCP across hosts,
+/// MPI with MWMS_TRANSPORT=mpi), with the same deadlines, heartbeat and MWMS_AUTH_KEY.
+///
+/// @code
+///   mwms::ParameterServerStrategy ps(mwms::resolve_from_environment(), options);
+///   if (ps.is_ps()) { ps.join(); return 0; }            // TF: server.join()
+///   ps.create_variable({"dense/kernel", {784, 256}}, w, dw);  // every worker, same order
+///   ps.create_variable({"dense/bias", {256}}, b, db);
+///   ps.initialize();            // the chief's values become the variables; others wait
+///   while (!ps.should_stop()) {
+///     compute_gradients(w, b, dw, db);                 // from the values pulled last
+///     ps.apply_gradients();     // push dw, db to their ps; pull the new w, b
+///   }
+///   ps.finalize();              // goodbye; the chief's ends the job and stops the ps tasks
+/// @endcode
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mwms/api.h"
+#include "mwms/cluster.h"
+#include "mwms/optimizer.h"
+#include "mwms/options.h"
+#include "mwms/ps_placement.h"
+
+namespace mwms {
+
+/// Options of a ParameterServerStrategy. Every task must use the same (the ps checks the
+/// workers' against the chief's and refuses a worker that differs, naming the field).
+struct MWMS_API ParameterServerOptions {
+  /// Which ps gets each variable shard (replica_device_setter's ps_strategy).
+  PsPlacement placement = PsPlacement::kRoundRobin;
+  /// How variables are split along axis 0 (tf.compat.v1 partitioners); none by default.
+  Partitioner partitioner;
+  /// The optimizer the ps tasks run on the shards they hold, with its slots.
+  OptimizerOptions optimizer;
+  /// Synchronous mode (SyncReplicasOptimizer); false: asynchronous.
+  bool sync_replicas = false;
+  /// Synchronous mode: gradients averaged per global step; 0: every worker (num_workers()).
+  int replicas_to_aggregate = 0;
+  /// Synchronous mode: workers computing gradients; 0: every worker. Must equal the number of
+  /// training tasks when given (backup workers: total_num_replicas > replicas_to_aggregate).
+  int total_num_replicas = 0;
+  /// Asynchronous mode: a worker whose pushes are more than this many ahead of the slowest live
+  /// worker waits (stale-synchronous parallel); -1: no bound.
+  int max_staleness = -1;
+  /// Deadline of every wait for a peer, in seconds; <= 0 uses MWMS_TIMEOUT_SECONDS. A
+  /// synchronous worker waiting for its step, or an SSP worker held back, waits at most this
+  /// long without any progress of the job before failing with TimeoutError.
+  double timeout_seconds = 0;
+  /// How long the rendezvous keeps trying to reach every task; <= 0 uses
+  /// MWMS_CONNECT_TIMEOUT_SECONDS.
+  double connect_timeout_seconds = 0;
+  /// Transport of the links; kFromEnvironment reads MWMS_TRANSPORT.
+  TransportChoice transport = TransportChoice::kFromEnvironment;
+};
+
+/// What a task measured (workers: their own pushes; ps: what it served). Counters only grow.
+struct MWMS_API ParameterServerStats {
+  std::int64_t global_step = 0;      ///< updates applied (ps 0's count, as TF's global_step)
+  std::int64_t pushes = 0;           ///< gradients pushed (worker) or received (ps)
+  std::int64_t applied = 0;          ///< gradients applied (async) or aggregated (sync)
+  std::int64_t dropped_stale = 0;    ///< gradients dropped as computed on an older step (sync)
+  std::int64_t held_back = 0;        ///< replies delayed by max_staleness (ps, async)
+  /// Staleness of every applied gradient (async; sync: 0 for all): staleness_histogram[s] counts
+  /// gradients applied s updates after the worker pulled (the last bucket: that many or more).
+  std::vector<std::int64_t> staleness_histogram;
+  /// Bytes of gradients sent to (worker) / received from workers by (ps) each ps, by ps index.
+  std::vector<std::uint64_t> bytes_pushed;
+  /// Bytes of variables received from (worker) / sent by (ps) each ps, by ps index.
+  std::vector<std::uint64_t> bytes_pulled;
+  std::vector<std::string> lost_workers;  ///< ps: workers it lost (died, or frozen), by name
+};
+
+/// Parameter-server training: see the file comment. One object per process, on every task of
+/// the cluster. Thread safety: one thread at a time. Every blocking call waits under the
+/// timeout (ParameterServerOptions::timeout_seconds) and fails naming the task it waited for.
+class MWMS_API ParameterServerStrategy {
+ public:
+  /// Connects this task to the job: the rendezvous of every chief, worker and ps task, then links
+  /// between them. Blocks up to the connect timeout.
+  /// @throws BootstrapError (no ps job in the cluster, an evaluator, a peer that never came up,
+  ///   naming it), InvalidArgument (bad options: replicas_to_aggregate out of range, an optimizer
+  ///   option), BackendError.
+  ParameterServerStrategy(const ResolvedCluster& cluster, ParameterServerOptions options = {});
+  /// Closes the links. A worker destroyed without finalize() is seen by the ps as lost. Never
+  /// throws.
+  ~ParameterServerStrategy();
+  ParameterServerStrategy(const ParameterServerStrategy&) = delete;
+  ParameterServerStrategy& operator=(const ParameterServerStrategy&) = delete;
+
+  bool is_ps() const noexcept;        ///< this task is a ps: call join()
+  bool is_chief() const noexcept;     ///< the chief, or worker 0 without a chief
+  int num_workers() const noexcept;   ///< training tasks (chief + workers)
+  int num_ps() const noexcept;        ///< ps tasks
+  /// This worker's index among the training tasks (its TF task id), -1 on a ps.
+  int worker_index() const noexcept;
+  const ResolvedCluster& cluster() const noexcept;  ///< as resolved (before the job mesh)
+  const ParameterServerOptions& options() const noexcept;
+
+  /// Declares a float32 variable (worker tasks only; every worker declares the same variables in
+  /// the same order, before initialize()). `value` and `gradient` point at the worker's copy of
+  /// the variable and at its gradient, each product(spec.shape) floats, caller-owned and valid
+  /// until finalize(): initialize()/pull()/apply_gradients() overwrite `value` with the ps's
+  /// values; apply_gradients() reads `gradient`. On the chief, `initializer` (when given) fills
+  /// `value` at initialize() and the result is the variable's initial value; without one, the
+  /// chief's `value` at initialize() is. Returns the variable's index.
+  /// @throws InvalidArgument (a dtype other than float32, an empty or duplicate name, a null
+  ///   pointer with elements, a negative dimension), InvalidUsage (on a ps, after initialize()).
+  int create_variable(const VariableSpec& spec, float* value, float* gradient,
+                      std::function<void(float* value, std::size_t count)> initializer = {});
+
+  /// The shards and the ps each is on, as placed (valid after initialize()).
+  const std::vector<VariableShard>& placement() const noexcept;
+
+  /// Worker tasks, collective over the job: the chief sends the variables' initial values (and
+  /// the options) to every ps; every other worker waits until the chief did (at most the
+  /// timeout), checking that it declared the same variables and options. Then every worker pulls
+  /// the values. Returns the global step (0 for a fresh job).
+  /// @throws CollectiveMismatchError (a worker's variables or options differ from the chief's,
+  ///   naming the first difference), PeerError/TimeoutError (a ps or the chief failed, naming
+  ///   it), InvalidUsage (on a ps, twice).
+  std::int64_t initialize();
+
+  /// Pushes every variable's gradient to its ps and pulls the variables' new values into the
+  /// `value` buffers (one message per ps per direction for the small shards, the large shards
+  /// straight from and into the caller's buffers). Asynchronous mode: returns once every ps has
+  /// applied it (or held it back under max_staleness until the slowest worker caught up).
+  /// Synchronous mode: returns once every ps has completed the global step this worker pulled
+  /// at (this gradient aggregated, or dropped as stale). Returns the global step after it.
+  /// @throws PeerError/TimeoutError naming the ps (or the chief) that failed; InvalidUsage
+  ///   before initialize() or after should_stop() became true because the chief ended the job.
+  std::int64_t apply_gradients();
+  /// Pulls every variable's current values into the `value` buffers. Returns the global step.
+  std::int64_t pull();
+  /// The global step as of the last reply (ps 0's count of applied updates).
+  std::int64_t global_step() const noexcept;
+  /// True once the chief ended the job (finalize() on the chief): a worker stops training.
+  bool should_stop() const noexcept;
+
+  /// ps tasks: serves the workers until the chief ends the job and every other worker said
+  /// goodbye or was lost (TF: server.join()). Logs each lost worker at warn. Returns the ps's
+  /// stats. @throws PeerError naming the chief when it died; TimeoutError when no worker sent
+  /// anything for the timeout while a request was pending; InvalidUsage on a worker.
+  ParameterServerStats join();
+
+  /// Worker tasks: goodbye to every ps. On the chief it also ends the job: every ps then tells
+  /// the workers still training to stop (should_stop()), and exits once all of them said
+  /// goodbye. Idempotent. @throws PeerError/TimeoutError as apply_gradients().
+  void finalize();
+
+  /// This task's counters (worker: its pushes; ps: what it served).
+  ParameterServerStats stats() const;
+
+  /// Where variable `index`'s value lives on this worker (as given to create_variable).
+  float* value(int index) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mwms

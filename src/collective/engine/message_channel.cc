@@ -1,0 +1,317 @@
+#include "collective/engine/message_channel.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/logging.h"
+
+namespace mwms::collective {
+
+namespace {
+
+constexpr std::size_t kHeader = sizeof(FrameHeader);
+
+double since(common::Clock::time_point t) {
+  return std::chrono::duration<double>(common::Clock::now() - t).count();
+}
+
+}  // namespace
+
+MessageChannel::MessageChannel(std::vector<Link*> links, ControlPlane* control,
+                               RunnerOptions options)
+    : peers_(links.size()), control_(control), options_(options) {
+  for (std::size_t p = 0; p < links.size(); ++p) {
+    peers_[p].link = links[p];
+    if (links[p] != nullptr) peers_[p].queue.resize(kQueueDepth);
+  }
+  last_progress_ = common::Clock::now();
+}
+
+ErrorContext MessageChannel::with_peer(const ErrorContext& ctx, int peer) const {
+  ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
+  c.peer_rank = peer;
+  const Link* link = peers_[static_cast<std::size_t>(peer)].link;
+  if (link != nullptr) c.transport = link->caps().name;
+  return c;
+}
+
+void MessageChannel::queue_send(int peer, const FrameHeader& header, const void* data,
+                                std::size_t bytes) {
+  Peer& p = peers_.at(static_cast<std::size_t>(peer));
+  MWMS_CHECK(p.link != nullptr, "message to rank " + std::to_string(peer) + " without a link");
+  if (p.failed) {
+    try {
+      std::rethrow_exception(p.error);
+    } catch (const Error& e) {
+      throw InvalidUsage("cannot send to rank " + std::to_string(peer) + ", which failed: " +
+                             e.message(),
+                         e.context());
+    }
+  }
+  MWMS_CHECK(p.tail - p.head < kQueueDepth, "message queue to rank " + std::to_string(peer) +
+                                                " is full");
+  Outgoing& o = p.queue[p.tail % kQueueDepth];
+  o.header = header;
+  o.header.payload_bytes = bytes;
+  o.data = static_cast<const char*>(data);
+  o.bytes = bytes;
+  ++p.tail;
+}
+
+void MessageChannel::start_recv(int peer, void* landing, std::size_t bytes) {
+  Peer& p = peers_.at(static_cast<std::size_t>(peer));
+  MWMS_CHECK(p.link != nullptr, "receive from rank " + std::to_string(peer) + " without a link");
+  MWMS_CHECK(!p.recv_active || p.recv.done(), "a receive from rank " + std::to_string(peer) +
+                                                  " is still running");
+  p.recv.start(static_cast<char*>(landing), bytes, false);
+  p.recv_active = true;
+  p.recv_checked = false;
+}
+
+bool MessageChannel::recv_done(int peer) const noexcept {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return p.recv_active && p.recv_checked && p.recv.done();
+}
+
+bool MessageChannel::receiving(int peer) const noexcept {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return p.recv_active && !(p.recv_checked && p.recv.done());
+}
+
+bool MessageChannel::header_arrived(int peer) const noexcept {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return p.recv_active && p.recv_checked;
+}
+
+const FrameHeader& MessageChannel::recv_header(int peer) const noexcept {
+  return peers_[static_cast<std::size_t>(peer)].recv.header;
+}
+
+bool MessageChannel::sends_idle(int peer) const noexcept {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return !p.sending && p.head == p.tail;
+}
+
+bool MessageChannel::failed(int peer) const noexcept {
+  return peers_[static_cast<std::size_t>(peer)].failed;
+}
+
+std::exception_ptr MessageChannel::failure(int peer) const noexcept {
+  return peers_[static_cast<std::size_t>(peer)].error;
+}
+
+bool MessageChannel::retired(int peer) const noexcept {
+  return peers_[static_cast<std::size_t>(peer)].retired;
+}
+
+void MessageChannel::fail(int peer, std::exception_ptr error) noexcept {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.failed || p.retired) return;
+  p.failed = true;
+  p.error = std::move(error);
+  p.head = p.tail;
+  p.sending = false;
+  p.recv_active = false;
+}
+
+void MessageChannel::retire(int peer) noexcept {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.retired = true;
+  p.head = p.tail;
+  p.sending = false;
+  p.recv_active = false;
+}
+
+void MessageChannel::fail_from_link(int p, const ErrorContext& ctx) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const PeerError& e) {
+      ErrorContext c = with_peer(ctx, p);
+      c.cause = FailureCause::kDied;
+      throw PeerError(e.message(), c);
+    } catch (const BackendError& e) {
+      throw BackendError(e.message(), e.native_code(), with_peer(ctx, p));
+    }
+  } catch (...) {
+    fail(p, std::current_exception());
+  }
+}
+
+bool MessageChannel::pump_send(int p, Peer& peer, const ErrorContext& ctx) {
+  if (!peer.sending) {
+    if (peer.head == peer.tail) return false;
+    const Outgoing& o = peer.queue[peer.head % kQueueDepth];
+    peer.send.start(&o.header, o.data, o.bytes, o.bytes);
+    peer.sending = true;
+  }
+  bool moved = false;
+  try {
+    moved = peer.link->poll_send(peer.send);
+  } catch (const Error&) {
+    fail_from_link(p, ctx);
+    return true;
+  }
+  if (peer.send.done) {
+    peer.sending = false;
+    ++peer.head;
+    return true;
+  }
+  return moved;
+}
+
+bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
+  if (!peer.recv_active || (peer.recv_checked && peer.recv.done())) return false;
+  bool moved = false;
+  try {
+    moved = peer.link->poll_recv(peer.recv);
+  } catch (const Error&) {
+    fail_from_link(p, ctx);
+    return true;
+  }
+  if (!peer.recv.header_arrived) return moved;
+  if (!peer.recv_checked) {
+    const FrameHeader& h = peer.recv.header;
+    if (h.magic != kFrameMagic || h.version != kFrameVersion ||
+        h.payload_bytes != peer.recv.bytes) {
+      ErrorContext c = with_peer(ctx, p);
+      std::string why = h.magic != kFrameMagic || h.version != kFrameVersion
+                            ? "a corrupt envelope (bad magic or version)"
+                            : "a message of " + std::to_string(h.payload_bytes) +
+                                  " payload bytes where " + std::to_string(peer.recv.bytes) +
+                                  " were expected (" + describe(h) + ")";
+      try {
+        throw PeerError("rank " + std::to_string(p) + " sent " + why, c);
+      } catch (...) {
+        fail(p, std::current_exception());
+      }
+      return true;
+    }
+    peer.recv_checked = true;
+    moved = true;
+  }
+  // Note [link messages]: consume what arrived; a link that lands bytes in place is not copied.
+  RecvSlot& s = peer.recv;
+  while (s.arrived > s.consumed) {
+    RecvView v = peer.link->recv_view(s);
+    if (v.bytes == 0) break;
+    if (v.data != s.landing + s.consumed) std::memcpy(s.landing + s.consumed, v.data, v.bytes);
+    peer.link->recv_release(s, v.bytes);
+    moved = true;
+  }
+  return moved;
+}
+
+bool MessageChannel::pump(const ErrorContext& ctx) {
+  bool moved = false;
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    Peer& peer = peers_[i];
+    if (peer.link == nullptr || peer.failed || peer.retired) continue;
+    const int p = static_cast<int>(i);
+    // Keep sending while a send completes at once (small messages queue back to back).
+    while (!peer.failed && pump_send(p, peer, ctx)) {
+      moved = true;
+      if (peer.sending) break;  // partial progress: the link is full for now
+    }
+    if (peer.failed) continue;
+    moved = pump_recv(p, peer, ctx) || moved;
+  }
+  if (moved) ++progress_;
+  return moved;
+}
+
+// Note [message channel]: a peer that closed its control connection and has nothing left in its
+// data link died (or exited without the protocol's goodbye); one silent past the heartbeat's
+// loss interval is frozen. Only peers this rank is talking to are judged.
+void MessageChannel::check_deaths(const ErrorContext& ctx) noexcept {
+  if (control_ == nullptr) return;
+  auto lock = control_->hold();
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    Peer& peer = peers_[i];
+    const int p = static_cast<int>(i);
+    if (peer.link == nullptr || peer.failed || peer.retired) continue;
+    const bool busy = peer.recv_active || peer.sending || peer.head != peer.tail;
+    if (!busy) continue;
+    try {
+      if (control_->closed(p) && peer.link->wait_fd() < 0) {
+        ErrorContext c = with_peer(ctx, p);
+        c.cause = FailureCause::kDied;
+        throw PeerError(control_->name_of(p) + " closed its connections while this rank "
+                        "waited for it in " + ctx.op + ": its process died, was killed or "
+                        "exited without saying goodbye", c);
+      }
+      if (control_->lost(p)) {
+        ErrorContext c = with_peer(ctx, p);
+        c.cause = FailureCause::kStalled;
+        throw PeerError(control_->lost_reason(p) + "; this rank waited for it in " + ctx.op, c);
+      }
+    } catch (...) {
+      fail(p, std::current_exception());
+    }
+  }
+}
+
+void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
+  if (progress_ != progress_seen_) {
+    progress_seen_ = progress_;
+    last_progress_ = common::Clock::now();
+  }
+  if (since(last_progress_) < options_.spin_seconds) {
+    if (options_.yield_while_spinning) {
+      sched_yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    return;
+  }
+  check_deaths(ctx);
+  pollfd fds[ControlPlane::kMaxExtra];
+  int k = 0;
+  Link* sleeper = nullptr;
+  bool more_fds = false;
+  for (Peer& peer : peers_) {
+    if (peer.link == nullptr || peer.failed || peer.retired) continue;
+    const bool want_read = peer.recv_active && !(peer.recv_checked && peer.recv.done());
+    const bool want_write = peer.sending || peer.head != peer.tail;
+    if (!want_read && !want_write) continue;
+    if (peer.link->wait_fd() < 0) {
+      if (sleeper == nullptr) sleeper = peer.link;
+      continue;
+    }
+    if (k == ControlPlane::kMaxExtra) {
+      more_fds = true;
+      continue;
+    }
+    short events = 0;
+    if (want_read) events |= peer.link->wait_events(POLLIN);
+    if (want_write) events |= peer.link->wait_events(POLLOUT);
+    fds[k++] = {peer.link->wait_fd(), events, 0};
+  }
+  // Links without a descriptor share this rank's doorbell (Note [doorbell]): sleeping on one
+  // wakes for any; the sleep stays short because a bump that came before the sleep started is
+  // only seen by the next pump.
+  double cap = sleeper != nullptr || more_fds ? 0.002 : 0.1;
+  const double sleep = std::max(0.0, std::min(max_seconds, cap));
+  if (sleeper != nullptr) {
+    sleeper->wait(sleep, true, true);
+    if (control_ != nullptr) {
+      auto lock = control_->hold();
+      control_->poll(fds, k, 0, ctx);
+    } else if (k > 0) {
+      ::poll(fds, static_cast<nfds_t>(k), 0);
+    }
+  } else if (control_ != nullptr) {
+    auto lock = control_->hold();
+    control_->poll(fds, k, static_cast<int>(sleep * 1000.0) + 1, ctx);
+  } else {
+    ::poll(fds, static_cast<nfds_t>(k), static_cast<int>(sleep * 1000.0) + 1);
+  }
+}
+
+}  // namespace mwms::collective

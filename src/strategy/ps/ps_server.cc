@@ -1,0 +1,468 @@
+#include "strategy/ps/ps_server.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+#include "mwms/optimizer.h"
+
+namespace mwms::strategy::ps {
+
+namespace {
+
+using collective::FrameHeader;
+using collective::MessageChannel;
+
+constexpr std::size_t kStalenessBuckets = 33;  // 0..31, and 32 or more
+
+enum class Phase { kRequest, kDescription, kInitValues, kPushData, kHeld, kGone };
+
+struct Worker {
+  int rank = 0;
+  std::string name;
+  Phase phase = Phase::kRequest;
+  PsKind request = PsKind::kPull;
+  std::uint64_t version = 0;  // the version its push was computed on
+  std::size_t segment = 0;    // next segment to receive
+  std::string blob;           // description being received
+  std::vector<float> grad;    // its push lands here (the ps's layout)
+  std::int64_t clock = 0;     // its pushes applied (max_staleness)
+  bool joined = false;        // got kReady
+  bool join_waits = false;    // joined before the chief's init: answered after it
+  bool bye = false;
+  bool lost = false;
+  std::string refusal;        // kRefused text (kept while being sent)
+};
+
+}  // namespace
+
+struct PsServer::State {
+  MessageChannel& ch;
+  ServerConfig cfg;
+  std::vector<Worker> workers;
+  bool initialized = false;
+  bool ended = false;  // the chief said the job ends
+  JobDescription job;
+  Layout layout;
+  OptimizerOptions optimizer;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+  std::vector<float*> slot_ptrs;
+  std::vector<float> accum;     // synchronous: the sum of this version's gradients
+  int accumulated = 0;
+  std::uint64_t version = 0;    // updates applied (the global step on ps 0)
+  ParameterServerStats stats;
+  std::string init_blob;
+
+  State(MessageChannel& c, ServerConfig config) : ch(c), cfg(std::move(config)) {}
+
+  ErrorContext ctx(const char* op) const {
+    ErrorContext c = cfg.ctx;
+    c.op = op;
+    return c;
+  }
+  ErrorContext peer_ctx(const Worker& w, const char* op) const {
+    return ch.with_peer(ctx(op), w.rank);
+  }
+  int live() const {
+    int n = 0;
+    for (const Worker& w : workers) n += !w.bye && !w.lost;
+    return n;
+  }
+  std::uint64_t bytes() const { return layout.total * sizeof(float); }
+
+  void expect_request(Worker& w) {
+    w.phase = Phase::kRequest;
+    ch.start_recv(w.rank, nullptr, 0);
+  }
+  void expect_segment(Worker& w, float* base) {
+    const Segment& s = layout.segments[w.segment];
+    ch.start_recv(w.rank, base + s.element_offset, s.count * sizeof(float));
+  }
+
+  void send_values(Worker& w, PsStatus status) {
+    ch.queue_send(w.rank, envelope(PsKind::kValues, version, static_cast<std::uint64_t>(status),
+                                   cfg.ps_index),
+                  nullptr, 0);
+    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+      const Segment& s = layout.segments[i];
+      ch.queue_send(w.rank, segment_header(layout, i, version), values.data() + s.element_offset,
+                    s.count * sizeof(float));
+    }
+    stats.bytes_pulled[0] += bytes();
+  }
+  void send_ready(Worker& w) {
+    w.joined = true;
+    ch.queue_send(w.rank, envelope(PsKind::kReady, version, 0, cfg.ps_index), nullptr, 0);
+  }
+  void refuse(Worker& w, std::string reason) {
+    MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": refused " << w.name << ": " << reason);
+    w.refusal = std::move(reason);
+    if (w.refusal.size() > kMaxReasonBytes) w.refusal.resize(kMaxReasonBytes);
+    ch.queue_send(w.rank, envelope(PsKind::kRefused, version, w.refusal.size(), cfg.ps_index),
+                  w.refusal.data(), w.refusal.size());
+    w.phase = Phase::kGone;
+  }
+
+  // Note [ps serving]: a reply in flight reads `values`; no update may overlap it.
+  void drain_sends() {
+    const ErrorContext c = ctx("ps reply");
+    auto busy = [&] {
+      for (const Worker& w : workers) {
+        if (!w.lost && !ch.failed(w.rank) && !ch.retired(w.rank) && !ch.sends_idle(w.rank)) {
+          return true;
+        }
+      }
+      return false;
+    };
+    while (busy()) {
+      if (!ch.pump(c)) ch.wait(0.01, c);
+    }
+  }
+
+  void apply(const float* grad) {
+    drain_sends();
+    ++version;
+    for (std::size_t i = 0; i < job.shards.size(); ++i) {
+      const std::size_t off = layout.shard_offset[i];
+      for (std::size_t k = 0; k < slots.size(); ++k) slot_ptrs[k] = slots[k].data() + off;
+      apply_gradient(optimizer, values.data() + off, grad + off, slot_ptrs.data(),
+                     static_cast<std::size_t>(job.shards[i].count),
+                     static_cast<std::int64_t>(version));
+    }
+    stats.global_step = static_cast<std::int64_t>(version);
+  }
+
+  void on_init_description(Worker& w);
+  void on_join_description(Worker& w);
+  void on_push(Worker& w);
+  void on_request(Worker& w);
+  void on_message(Worker& w);
+  void release_held();
+  void maybe_complete_step();
+  void check_failures();
+  bool done() const;
+};
+
+PsServer::PsServer(MessageChannel& channel, ServerConfig config)
+    : st_(std::make_unique<State>(channel, std::move(config))) {}
+PsServer::~PsServer() = default;
+
+void PsServer::State::on_init_description(Worker& w) {
+  job = decode(w.blob.data(), w.blob.size(), peer_ctx(w, "ps init"));
+  init_blob = std::move(w.blob);
+  optimizer.kind = static_cast<OptimizerKind>(job.optimizer);
+  optimizer.learning_rate = job.learning_rate;
+  optimizer.momentum = job.momentum;
+  optimizer.use_nesterov = job.use_nesterov != 0;
+  optimizer.beta1 = job.beta1;
+  optimizer.beta2 = job.beta2;
+  optimizer.epsilon = job.epsilon;
+  try {
+    validate(optimizer);
+  } catch (const InvalidArgument& e) {
+    throw PeerError("the chief's optimizer is invalid: " + e.message(), peer_ctx(w, "ps init"));
+  }
+  layout = ps_layout(job.shards);
+  values.assign(layout.total, 0.0f);
+  slots.assign(static_cast<std::size_t>(num_slots(optimizer.kind)),
+               std::vector<float>(layout.total, 0.0f));
+  slot_ptrs.assign(slots.size(), nullptr);
+  if (job.sync_replicas) accum.assign(layout.total, 0.0f);
+  for (Worker& x : workers) x.grad.assign(layout.total, 0.0f);
+  MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << job.shards.size() << " shards, "
+                              << layout.total << " elements, " << layout.segments.size()
+                              << " segments, " << (job.sync_replicas ? "sync" : "async"));
+  w.segment = 0;
+  if (layout.segments.empty()) {
+    initialized = true;
+    send_ready(w);
+    expect_request(w);
+    return;
+  }
+  w.phase = Phase::kInitValues;
+  expect_segment(w, values.data());
+}
+
+void PsServer::State::on_join_description(Worker& w) {
+  JobDescription d = decode(w.blob.data(), w.blob.size(), peer_ctx(w, "ps join"));
+  std::string diff = first_difference(job, d);
+  if (!diff.empty()) {
+    refuse(w, w.name + " does not match the chief: " + diff);
+    return;
+  }
+  send_ready(w);
+  expect_request(w);
+}
+
+void PsServer::State::on_request(Worker& w) {
+  const FrameHeader& h = ch.recv_header(w.rank);
+  const ErrorContext c = peer_ctx(w, "ps request");
+  if (!is_ps_kind(h.kind) || h.payload_bytes != 0) {
+    throw PeerError("not a parameter-server request: " + collective::describe(h), c);
+  }
+  w.request = static_cast<PsKind>(h.kind);
+  switch (w.request) {
+    case PsKind::kInit:
+    case PsKind::kJoin:
+      if (h.count > kMaxDescriptionBytes) {
+        throw PeerError("a description of " + std::to_string(h.count) + " bytes (at most " +
+                        std::to_string(kMaxDescriptionBytes) + ")", c);
+      }
+      if (w.request == PsKind::kInit && w.rank != cfg.chief) {
+        refuse(w, "only the chief initializes the variables");
+        return;
+      }
+      if (w.request == PsKind::kInit && initialized) {
+        refuse(w, "the variables are already initialized (a restarted chief must restart the "
+                  "whole job)");
+        return;
+      }
+      w.blob.assign(static_cast<std::size_t>(h.count), '\0');
+      w.phase = Phase::kDescription;
+      ch.start_recv(w.rank, w.blob.data(), w.blob.size());
+      return;
+    case PsKind::kPush:
+    case PsKind::kPull:
+      if (!initialized || !w.joined) {
+        refuse(w, std::string(kind_name(w.request)) + " before the variables were initialized");
+        return;
+      }
+      if (w.request == PsKind::kPull) {
+        send_values(w, ended ? PsStatus::kEnded : PsStatus::kApplied);
+        expect_request(w);
+        return;
+      }
+      if (h.seq > version) {
+        throw PeerError("pushed a gradient of version " + std::to_string(h.seq) +
+                        ", newer than this ps's " + std::to_string(version), c);
+      }
+      w.version = h.seq;
+      w.segment = 0;
+      ++stats.pushes;
+      stats.bytes_pushed[0] += bytes();
+      if (layout.segments.empty()) {
+        on_push(w);
+        return;
+      }
+      w.phase = Phase::kPushData;
+      expect_segment(w, w.grad.data());
+      return;
+    case PsKind::kBye:
+      w.bye = true;
+      w.phase = Phase::kGone;
+      if (w.rank == cfg.chief && h.count == 1) ended = true;
+      ch.retire(w.rank);
+      MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << w.name << " said goodbye"
+                                  << (h.count == 1 ? " and ended the job" : ""));
+      return;
+    default:
+      throw PeerError(std::string("unexpected ") + kind_name(w.request) + " request", c);
+  }
+}
+
+void PsServer::State::on_push(Worker& w) {
+  if (ended) {
+    send_values(w, PsStatus::kEnded);
+    expect_request(w);
+    return;
+  }
+  if (job.sync_replicas) {
+    if (w.version < version) {
+      ++stats.dropped_stale;  // SyncReplicasOptimizer drops gradients of older steps
+      send_values(w, PsStatus::kDropped);
+      expect_request(w);
+      return;
+    }
+    if (accumulated == 0) {
+      std::memcpy(accum.data(), w.grad.data(), accum.size() * sizeof(float));
+    } else {
+      const float* g = w.grad.data();
+      float* a = accum.data();
+      for (std::size_t i = 0; i < accum.size(); ++i) a[i] += g[i];
+    }
+    ++accumulated;
+    ++stats.staleness_histogram[0];
+    w.phase = Phase::kHeld;
+    maybe_complete_step();
+    return;
+  }
+  const std::uint64_t stale = version - w.version;
+  ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
+  apply(w.grad.data());
+  ++stats.applied;
+  ++w.clock;
+  w.phase = Phase::kHeld;
+  release_held();
+}
+
+// Synchronous: Note [ps serving].
+void PsServer::State::maybe_complete_step() {
+  if (accumulated == 0) return;
+  const int need = std::max(1, std::min(job.replicas_to_aggregate, live()));
+  if (accumulated < need) return;
+  const float inv = static_cast<float>(accumulated);
+  for (float& a : accum) a /= inv;  // ConditionalAccumulator.take_grad: the mean
+  stats.applied += accumulated;
+  accumulated = 0;
+  apply(accum.data());
+  for (Worker& x : workers) {
+    if (x.phase != Phase::kHeld || x.lost) continue;
+    send_values(x, PsStatus::kApplied);
+    expect_request(x);
+  }
+}
+
+// Asynchronous: replies held by max_staleness (stale-synchronous parallel) go out once the
+// slowest live worker is within the bound.
+void PsServer::State::release_held() {
+  std::int64_t slowest = -1;
+  for (const Worker& x : workers) {
+    if (x.bye || x.lost || !x.joined) continue;
+    slowest = slowest < 0 ? x.clock : std::min(slowest, x.clock);
+  }
+  for (Worker& x : workers) {
+    if (x.phase != Phase::kHeld || x.lost) continue;
+    if (!ended && job.max_staleness >= 0 && slowest >= 0 &&
+        x.clock - slowest > job.max_staleness) {
+      continue;
+    }
+    send_values(x, ended ? PsStatus::kEnded : PsStatus::kApplied);
+    expect_request(x);
+  }
+}
+
+void PsServer::State::on_message(Worker& w) {
+  switch (w.phase) {
+    case Phase::kRequest:
+      on_request(w);
+      return;
+    case Phase::kDescription:
+      if (w.request == PsKind::kInit) {
+        on_init_description(w);
+        return;
+      }
+      if (!initialized) {
+        w.join_waits = true;  // answered once the chief initialized
+        w.phase = Phase::kHeld;
+        return;
+      }
+      on_join_description(w);
+      return;
+    case Phase::kInitValues:
+    case Phase::kPushData: {
+      const bool init = w.phase == Phase::kInitValues;
+      check_segment(ch.recv_header(w.rank), layout, w.segment, init ? 0 : w.version,
+                    peer_ctx(w, init ? "ps init" : "ps push"));
+      if (++w.segment < layout.segments.size()) {
+        expect_segment(w, init ? values.data() : w.grad.data());
+        return;
+      }
+      if (!init) {
+        on_push(w);
+        return;
+      }
+      initialized = true;
+      send_ready(w);
+      expect_request(w);
+      for (Worker& x : workers) {
+        if (!x.join_waits || x.lost) continue;
+        x.join_waits = false;
+        on_join_description(x);
+      }
+      return;
+    }
+    case Phase::kHeld:
+    case Phase::kGone:
+      return;
+  }
+}
+
+void PsServer::State::check_failures() {
+  bool changed = false;
+  for (Worker& w : workers) {
+    if (w.lost || w.bye || !ch.failed(w.rank)) continue;
+    w.lost = true;
+    w.phase = Phase::kGone;
+    changed = true;
+    std::string why;
+    try {
+      std::rethrow_exception(ch.failure(w.rank));
+    } catch (const Error& e) {
+      why = e.message();
+    } catch (...) {
+      why = "unknown error";
+    }
+    if (w.rank == cfg.chief && !ended) {
+      const std::string reason = "ps " + std::to_string(cfg.ps_index) + " lost the chief (" +
+                                 w.name + "): " + why;
+      if (ch.control() != nullptr) {
+        ch.control()->send_abort(w.rank, reason, collective::AbortCause::kPeer,
+                                 FailureCause::kDied);
+      }
+      ErrorContext c = peer_ctx(w, "ps serve");
+      c.cause = FailureCause::kDied;
+      throw PeerError(reason, c);
+    }
+    stats.lost_workers.push_back(w.name);
+    MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": lost " << w.name << ": " << why << "; "
+                                << live() << " worker(s) left, training continues");
+  }
+  if (!changed) return;
+  if (live() == 0 && !ended) {
+    throw PeerError("ps " + std::to_string(cfg.ps_index) + " lost every worker",
+                    ctx("ps serve"));
+  }
+  if (job.sync_replicas) {
+    maybe_complete_step();
+  } else {
+    release_held();
+  }
+}
+
+bool PsServer::State::done() const {
+  if (!ended) return false;
+  for (const Worker& w : workers) {
+    if (!w.bye && !w.lost) return false;
+  }
+  return true;
+}
+
+ParameterServerStats PsServer::serve() {
+  State& s = *st_;
+  s.stats.staleness_histogram.assign(kStalenessBuckets, 0);
+  s.stats.bytes_pushed.assign(1, 0);
+  s.stats.bytes_pulled.assign(1, 0);
+  for (std::size_t i = 0; i < s.cfg.workers.size(); ++i) {
+    Worker w;
+    w.rank = s.cfg.workers[i];
+    w.name = s.cfg.worker_names[i];
+    s.workers.push_back(std::move(w));
+  }
+  for (Worker& w : s.workers) s.expect_request(w);
+  const ErrorContext c = s.ctx("ps serve");
+  while (!s.done()) {
+    const bool moved = s.ch.pump(c);
+    for (Worker& w : s.workers) {
+      if (w.lost || w.bye || s.ch.failed(w.rank) || !s.ch.recv_done(w.rank)) continue;
+      try {
+        s.on_message(w);
+      } catch (const PeerError& e) {
+        // A worker that breaks the protocol is dropped like a lost one; the chief is fatal.
+        if (w.rank == s.cfg.chief) throw;
+        s.ch.fail(w.rank, std::current_exception());
+      } catch (const CollectiveMismatchError& e) {
+        if (w.rank == s.cfg.chief) throw;
+        s.ch.fail(w.rank, std::current_exception());
+      }
+    }
+    s.check_failures();
+    if (s.job.sync_replicas && s.initialized) s.maybe_complete_step();
+    if (!moved) s.ch.wait(0.05, c);
+  }
+  s.drain_sends();
+  // Per-ps byte counters are indexed by ps for the workers; a ps reports its own in slot 0.
+  return s.stats;
+}
+
+}  // namespace mwms::strategy::ps

@@ -1,0 +1,392 @@
+// Parameter-server training with real processes (mwms/parameter_server.h, issue 16): ps and
+// worker tasks from one TF_CONFIG, synchronous and asynchronous updates with exact expected
+// values, backup workers, the max_staleness bound, a worker whose variables differ from the
+// chief's, and the faults: a ps killed (every worker fails naming it), a worker killed in
+// asynchronous mode (the others finish, the ps names whom it lost). Over shared memory and TCP.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multiproc/launcher.h"
+#include "mwms/mwms.h"
+
+namespace {
+
+using Catch::Matchers::Contains;
+using mwms::testing::ChildResult;
+using mwms::testing::LaunchOptions;
+using mwms::testing::run_ranks;
+using Report = std::function<void(const std::string&)>;
+
+// The TF_CONFIG of run_ranks (N workers) with its last `num_ps` tasks made the ps job.
+std::string ps_tf_config(const std::string& tf_config, int rank, int num_ps) {
+  nlohmann::json j = nlohmann::json::parse(tf_config);
+  std::vector<std::string> all = j["cluster"]["worker"].get<std::vector<std::string>>();
+  const int workers = static_cast<int>(all.size()) - num_ps;
+  nlohmann::json cluster;
+  cluster["worker"] = std::vector<std::string>(all.begin(), all.begin() + workers);
+  cluster["ps"] = std::vector<std::string>(all.begin() + workers, all.end());
+  nlohmann::json task;
+  task["type"] = rank < workers ? "worker" : "ps";
+  task["index"] = rank < workers ? rank : rank - workers;
+  return nlohmann::json{{"cluster", cluster}, {"task", task}}.dump();
+}
+
+mwms::ParameterServerOptions ps_options(mwms::TransportChoice transport, bool sync,
+                                        double timeout = 20) {
+  mwms::ParameterServerOptions o;
+  o.sync_replicas = sync;
+  o.optimizer.kind = mwms::OptimizerKind::kSgd;
+  o.optimizer.learning_rate = 0.25;  // a power of two: the expected values are exact
+  o.timeout_seconds = timeout;
+  o.connect_timeout_seconds = 20;
+  o.transport = transport;
+  return o;
+}
+
+const char* name(mwms::TransportChoice t) {
+  return t == mwms::TransportChoice::kShm ? "shm" : "tcp";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A small model: two small variables (the pack) and one large one (sent alone, Note [ps
+// segments]); initial values i * 0.25 on the chief, garbage elsewhere (the pull overwrites it).
+struct Model {
+  std::vector<float> kernel = std::vector<float>(15), bias = std::vector<float>(7),
+                     big = std::vector<float>(70000);
+  std::vector<float> dk = std::vector<float>(15), db = std::vector<float>(7),
+                     dbig = std::vector<float>(70000);
+  void declare(mwms::ParameterServerStrategy& s) {
+    auto init = [](float* v, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.25f;
+    };
+    for (auto* v : {&kernel, &bias, &big}) std::fill(v->begin(), v->end(), -7.0f);
+    s.create_variable({"dense/kernel", {5, 3}}, kernel.data(), dk.data(), init);
+    s.create_variable({"dense/bias", {7}}, bias.data(), db.data(), init);
+    s.create_variable({"big", {70000}}, big.data(), dbig.data(), init);
+  }
+  void set_gradient(float g) {
+    for (auto* v : {&dk, &db, &dbig}) std::fill(v->begin(), v->end(), g);
+  }
+  // Every element equals i * 0.25 - steps * lr * g, computed as the ps does (float32).
+  bool equals(int steps, float lr, float g, std::string* why) const {
+    const std::vector<const std::vector<float>*> vars = {&kernel, &bias, &big};
+    for (const auto* v : vars) {
+      for (std::size_t i = 0; i < v->size(); ++i) {
+        float want = static_cast<float>(i) * 0.25f;
+        for (int s = 0; s < steps; ++s) want -= lr * g;
+        if ((*v)[i] != want) {
+          *why = "element " + std::to_string(i) + " is " + std::to_string((*v)[i]) +
+                 ", expected " + std::to_string(want);
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+std::string stats_text(const mwms::ParameterServerStats& s) {
+  long long hist = 0;
+  for (auto c : s.staleness_histogram) hist += c;
+  std::string lost;
+  for (const auto& w : s.lost_workers) lost += " lost=" + w;
+  return "step=" + std::to_string(s.global_step) + " pushes=" + std::to_string(s.pushes) +
+         " applied=" + std::to_string(s.applied) + " dropped=" +
+         std::to_string(s.dropped_stale) + " held=" + std::to_string(s.held_back) +
+         " staleness_total=" + std::to_string(hist) + lost;
+}
+
+}  // namespace
+
+TEST_CASE("synchronous ps: every global step averages every worker's gradient",
+          "[multiproc][ps]") {
+  for (auto transport : {mwms::TransportChoice::kShm, mwms::TransportChoice::kTcp}) {
+    for (auto [workers, num_ps] : {std::pair{2, 1}, std::pair{3, 2}}) {
+      INFO(name(transport) << ", " << workers << " workers, " << num_ps << " ps");
+      LaunchOptions opts;
+      opts.world_size = workers + num_ps;
+      opts.timeout_seconds = 90;
+      const int steps = 5;
+      auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+        mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                        ps_options(transport, true));
+        if (s.is_ps()) {
+          report(stats_text(s.join()));
+          return;
+        }
+        Model m;
+        m.declare(s);
+        if (s.initialize() != 0) throw std::runtime_error("a fresh job starts at step 0");
+        std::string why;
+        if (!m.equals(0, 0.25f, 0, &why)) throw std::runtime_error("initial values: " + why);
+        m.set_gradient(static_cast<float>(rank + 1));
+        for (int i = 0; i < steps; ++i) s.apply_gradients();
+        // The mean of 1..workers, as the ps computes it: the sum divided by the count.
+        float sum = 0;
+        for (int w = 0; w < workers; ++w) sum += static_cast<float>(w + 1);
+        const float mean = sum / static_cast<float>(workers);
+        if (!m.equals(steps, 0.25f, mean, &why)) throw std::runtime_error(why);
+        report("step=" + std::to_string(s.global_step()) +
+               " dropped=" + std::to_string(s.stats().dropped_stale));
+        s.finalize();
+      });
+      for (const ChildResult& r : results) {
+        INFO("rank " << r.rank << ": " << r.output);
+        REQUIRE(r.exit_code == 0);
+        if (r.rank < workers) {
+          CHECK_THAT(r.output, Contains("step=5 dropped=0"));
+        } else {
+          CHECK_THAT(r.output, Contains("step=5 pushes=" + std::to_string(5 * workers) +
+                                        " applied=" + std::to_string(5 * workers) +
+                                        " dropped=0"));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("asynchronous ps: every push is applied on arrival, staleness counted",
+          "[multiproc][ps]") {
+  for (auto transport : {mwms::TransportChoice::kShm, mwms::TransportChoice::kTcp}) {
+    INFO(name(transport));
+    const int workers = 2, num_ps = 2, steps = 6;
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 90;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                      ps_options(transport, false));
+      if (s.is_ps()) {
+        report(stats_text(s.join()));
+        return;
+      }
+      Model m;
+      m.declare(s);
+      s.initialize();
+      m.set_gradient(1.0f);
+      for (int i = 0; i < steps; ++i) s.apply_gradients();
+      // The values after the last of all 12 pushes, once both workers are done.
+      std::string why;
+      const bool last = s.global_step() == workers * steps;
+      if (last && !m.equals(workers * steps, 0.25f, 1.0f, &why)) throw std::runtime_error(why);
+      report("step=" + std::to_string(s.global_step()) + (last ? " last" : ""));
+      s.finalize();
+    });
+    int last = 0;
+    for (const ChildResult& r : results) {
+      INFO("rank " << r.rank << ": " << r.output);
+      REQUIRE(r.exit_code == 0);
+      if (r.rank >= workers) {
+        CHECK_THAT(r.output, Contains("step=12 pushes=12 applied=12 dropped=0 held=0 "
+                                      "staleness_total=12"));
+      } else {
+        last += r.output.find(" last") != std::string::npos;
+      }
+    }
+    CHECK(last >= 1);  // the worker whose push was the 12th saw every update
+  }
+}
+
+TEST_CASE("synchronous ps with a backup worker: the slowest gradient is dropped, nobody waits",
+          "[multiproc][ps]") {
+  const int workers = 3, num_ps = 1;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    auto o = ps_options(mwms::TransportChoice::kShm, true);
+    o.replicas_to_aggregate = 2;  // total_num_replicas 3: one backup worker
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    Model m;
+    m.declare(s);
+    s.initialize();
+    m.set_gradient(1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    // Worker 2 is slow: the one gradient it computes (on version 0) arrives after the two others
+    // completed several steps, so SyncReplicasOptimizer drops it as stale; the others never
+    // wait for it (replicas_to_aggregate 2).
+    const int steps = rank == 2 ? 1 : 6;
+    for (int i = 0; i < steps && !s.should_stop(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank == 2 ? 400 : 100));
+      s.apply_gradients();
+    }
+    report("step=" + std::to_string(s.global_step()) +
+           " dropped=" + std::to_string(s.stats().dropped_stale) +
+           " seconds=" + std::to_string(seconds_since(start)));
+    s.finalize();
+  });
+  for (const ChildResult& r : results) {
+    INFO("rank " << r.rank << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    if (r.rank == 2) CHECK_THAT(r.output, Contains("dropped=1"));
+    if (r.rank < 2) CHECK_THAT(r.output, Contains("dropped=0"));
+    if (r.rank == 3) CHECK_THAT(r.output, Contains("step=6 pushes=13 applied=12 dropped=1"));
+  }
+}
+
+TEST_CASE("asynchronous ps with max_staleness holds back the worker that runs ahead",
+          "[multiproc][ps]") {
+  const int workers = 2, num_ps = 1;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    auto o = ps_options(mwms::TransportChoice::kShm, false);
+    o.max_staleness = 0;  // no worker more than 0 pushes ahead of the slowest
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    Model m;
+    m.declare(s);
+    s.initialize();
+    m.set_gradient(1.0f);
+    for (int i = 0; i < 5; ++i) {
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      s.apply_gradients();
+    }
+    report("step=" + std::to_string(s.global_step()));
+    s.finalize();
+  });
+  for (const ChildResult& r : results) {
+    INFO("rank " << r.rank << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    if (r.rank == 2) {
+      CHECK_THAT(r.output, Contains("step=10 pushes=10 applied=10"));
+      CHECK_THAT(r.output, !Contains("held=0"));
+    }
+  }
+}
+
+TEST_CASE("a worker whose variables differ from the chief's is refused naming the difference",
+          "[multiproc][ps]") {
+  const int workers = 2, num_ps = 1;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                    ps_options(mwms::TransportChoice::kShm, false));
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    std::vector<float> v(rank == 0 ? 12 : 13), g(v.size());
+    s.create_variable({"w", {static_cast<std::int64_t>(v.size())}}, v.data(), g.data());
+    try {
+      s.initialize();
+    } catch (const mwms::CollectiveMismatchError& e) {
+      report(std::string("mismatch: ") + e.what());
+      return;
+    }
+    for (int i = 0; i < 3; ++i) s.apply_gradients();
+    s.finalize();
+    report("trained");
+  });
+  for (const ChildResult& r : results) {
+    INFO("rank " << r.rank << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  CHECK_THAT(results[1].output, Contains("mismatch") && Contains("ps 0") &&
+                                    Contains("12 elements") && Contains("13 elements"));
+  CHECK_THAT(results[0].output, Contains("trained"));
+  CHECK_THAT(results[2].output, Contains("lost=worker 1"));
+}
+
+TEST_CASE("a ps killed mid-training: every worker fails naming it within the timeout",
+          "[multiproc][ps][fault]") {
+  for (auto transport : {mwms::TransportChoice::kShm, mwms::TransportChoice::kTcp}) {
+    INFO(name(transport));
+    const int workers = 2, num_ps = 1;
+    const double timeout = 5;
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 90;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                      ps_options(transport, rank % 2 == 0, timeout));
+      if (s.is_ps()) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          ::raise(SIGKILL);
+        }).detach();
+        s.join();
+        return;
+      }
+      Model m;
+      m.declare(s);
+      s.initialize();
+      m.set_gradient(1.0f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 100000; ++i) {
+          s.apply_gradients();
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      } catch (const mwms::PeerError& e) {
+        report(std::string("failed after ") + std::to_string(seconds_since(start)) + " s: " +
+               e.what());
+        return;
+      }
+      report("trained without noticing");
+    });
+    REQUIRE(results[2].signal == SIGKILL);
+    for (int r = 0; r < workers; ++r) {
+      INFO("rank " << r << ": " << results[r].output);
+      CHECK(results[r].exit_code == 0);
+      CHECK_THAT(results[r].output, Contains("failed after") && Contains("ps 0"));
+      // The ps dies ~1.5 s after it connected, about when the workers' loops start.
+      const std::size_t at = results[r].output.find("failed after ");
+      REQUIRE(at != std::string::npos);
+      CHECK(std::stod(results[r].output.substr(at + 13)) < 1.5 + timeout + 1);
+    }
+  }
+}
+
+TEST_CASE("a worker killed in asynchronous mode: the others finish, the ps names whom it lost",
+          "[multiproc][ps][fault]") {
+  const int workers = 3, num_ps = 1;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                    ps_options(mwms::TransportChoice::kShm, false, 10));
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    Model m;
+    m.declare(s);
+    s.initialize();
+    m.set_gradient(1.0f);
+    for (int i = 0; i < 30; ++i) {
+      if (rank == 1 && i == 3) ::raise(SIGKILL);
+      s.apply_gradients();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    report("step=" + std::to_string(s.global_step()));
+    s.finalize();
+  });
+  CHECK(results[1].signal == SIGKILL);
+  for (int r : {0, 2, 3}) {
+    INFO("rank " << r << ": " << results[r].output);
+    CHECK(results[r].exit_code == 0);
+  }
+  CHECK_THAT(results[3].output, Contains("pushes=63") && Contains("lost=worker 1"));
+}
