@@ -11,6 +11,7 @@
 #include "mwms/optimizer.h"
 #include "mwms/options.h"
 #include "mwms/parameter_server.h"
+#include "mwms/ps_placement.h"
 #include "mwms/strategy.h"
 #include "mwms/types.h"
 #include "mwms/version.h"

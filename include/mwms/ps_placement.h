@@ -92,14 +92,15 @@ class MWMS_API Partitioner {
 
  private:
   Kind kind_ = Kind::kNone;
-  int limit_ = 0;                  // num_shards or max_partitions
+  int limit_ = 0;  // num_shards or max_partitions
   std::int64_t min_slice_size_ = 0;
 };
 
 /// Which ps task gets each variable op: tf.compat.v1.train.replica_device_setter's ps_strategy.
 enum class PsPlacement : std::uint8_t {
-  kRoundRobin = 0,     ///< the default _RoundRobinStrategy: the k-th variable op goes to ps k % num_ps
-  kGreedyByBytes = 1,  ///< GreedyLoadBalancingStrategy(num_ps, byte_size_load_fn): least bytes so far
+  kRoundRobin = 0,  ///< the default _RoundRobinStrategy: the k-th variable op goes to ps k % num_ps
+  kGreedyByBytes =
+      1,  ///< GreedyLoadBalancingStrategy(num_ps, byte_size_load_fn): least bytes so far
 };
 
 /// "round_robin" or "greedy". Never throws.
@@ -110,19 +111,19 @@ MWMS_API PsPlacement parse_ps_placement(std::string_view name);
 
 /// One slice of one variable, placed on one ps task: one VariableV2/VarHandleOp in TF's graph.
 struct MWMS_API VariableShard {
-  int variable = 0;         ///< index into the VariableSpec list
-  int shard = 0;            ///< 0..num_shards-1 ("name/part_<shard>" in TF when partitioned)
-  int num_shards = 1;       ///< slices of this variable
-  bool partitioned = false;  ///< TF made a PartitionedVariable (Partitioner::is_partitioned)
-  int ps_task = 0;          ///< ps task index, 0..num_ps-1 ("/job:ps/task:<ps_task>")
-  std::int64_t row_offset = 0;  ///< first row (axis 0) of this slice (TF's var_offset[0])
-  std::int64_t rows = 0;    ///< rows of this slice: TF's _iter_slices gives the first
-                            ///< (shape[0] % num_shards) slices one extra row; 1 for a scalar
+  int variable = 0;                ///< index into the VariableSpec list
+  int shard = 0;                   ///< 0..num_shards-1 ("name/part_<shard>" in TF when partitioned)
+  int num_shards = 1;              ///< slices of this variable
+  bool partitioned = false;        ///< TF made a PartitionedVariable (Partitioner::is_partitioned)
+  int ps_task = 0;                 ///< ps task index, 0..num_ps-1 ("/job:ps/task:<ps_task>")
+  std::int64_t row_offset = 0;     ///< first row (axis 0) of this slice (TF's var_offset[0])
+  std::int64_t rows = 0;           ///< rows of this slice: TF's _iter_slices gives the first
+                                   ///< (shape[0] % num_shards) slices one extra row; 1 for a scalar
   std::size_t element_offset = 0;  ///< offset of the slice's first element in the whole
                                    ///< variable (row-major), in elements
-  std::size_t count = 0;    ///< elements in the slice (its bytes: count * dtype_size)
-  std::string name;         ///< TF's op name: the variable's name, or "name/part_<shard>" when
-                            ///< partitioned (even when num_shards == 1)
+  std::size_t count = 0;           ///< elements in the slice (its bytes: count * dtype_size)
+  std::string name;  ///< TF's op name: the variable's name, or "name/part_<shard>" when
+                     ///< partitioned (even when num_shards == 1)
 };
 
 /// Places every variable (in list order, as TF creates ops in graph order) and every slice of it
@@ -135,10 +136,9 @@ struct MWMS_API VariableShard {
 /// slice name equal to another variable's name (TF: "already exists"), more than INT_MAX
 /// variables, or anything Partitioner::num_partitions throws for (negative or, when partitioned,
 /// zero dimensions; overflow).
-MWMS_API std::vector<VariableShard> place_variables(const std::vector<VariableSpec>& variables,
-                                                    int num_ps,
-                                                    PsPlacement placement = PsPlacement::kRoundRobin,
-                                                    const Partitioner& partitioner = {});
+MWMS_API std::vector<VariableShard> place_variables(
+    const std::vector<VariableSpec>& variables, int num_ps,
+    PsPlacement placement = PsPlacement::kRoundRobin, const Partitioner& partitioner = {});
 
 /// Bytes each ps task holds for `shards` (count * dtype_size of the shard's variable), indexed by
 /// ps task; size num_ps. Pure: safe to call from any thread.

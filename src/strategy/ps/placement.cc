@@ -1,6 +1,4 @@
 // Variable placement on ps tasks and TF's axis-0 partitioners (mwms/ps_placement.h).
-#include "mwms/ps_placement.h"
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "mwms/errors.h"
+#include "mwms/ps_placement.h"
 
 namespace mwms {
 

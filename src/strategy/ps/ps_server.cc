@@ -100,6 +100,8 @@ struct PsServer::State {
     w.refusal = std::move(reason);
     if (w.refusal.size() > kMaxReasonBytes) w.refusal.resize(kMaxReasonBytes);
     ch.queue_send(w.rank, envelope(PsKind::kRefused, version, w.refusal.size(), cfg.ps_index),
+                  nullptr, 0);
+    ch.queue_send(w.rank, envelope(PsKind::kData, version, w.refusal.size(), cfg.ps_index),
                   w.refusal.data(), w.refusal.size());
     w.phase = Phase::kGone;
   }
@@ -294,6 +296,7 @@ void PsServer::State::on_push(Worker& w) {
   ++w.clock;
   w.phase = Phase::kHeld;
   release_held();
+  if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
 }
 
 // Synchronous: Note [ps serving].

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "mwms/communicator.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
 
@@ -101,7 +102,10 @@ TEST_CASE("Kubeflow TFJob worker with environment cloud", "[unit][bootstrap]") {
   CHECK(r.task_name_of_rank(0) == "chief 0");
   CHECK(r.task_name_of_rank(1) == "worker 0");
   CHECK(r.task_name_of_rank(2) == "worker 1");
-  CHECK(r.task_name_of_rank(3) == "rank 3");
+  // Note [ps rank]: the ps tasks follow the training tasks in a parameter-server job's mesh.
+  CHECK(r.task_name_of_rank(3) == "ps 0");
+  CHECK(r.task_name_of_rank(4) == "rank 4");
+  CHECK(r.num_ps == 1);
 }
 
 TEST_CASE("chief + workers + ps + evaluator: ids of every task", "[unit][bootstrap]") {
@@ -134,10 +138,23 @@ TEST_CASE("chief + workers + ps + evaluator: ids of every task", "[unit][bootstr
   CHECK(eval.task_name() == "evaluator 0");
   CHECK(eval.task_name_of_rank(0) == "evaluator 0");
   for (int i = 0; i < 2; ++i) {
-    std::string msg = bootstrap_error([&] { resolve("ps", i); });
+    // A ps resolves (it serves a ParameterServerStrategy) outside every all-reduce ring, with
+    // the rank after the training tasks (Note [ps rank]); a Communicator refuses it at once.
+    ResolvedCluster ps = resolve("ps", i);
+    CHECK_FALSE(ps.in_ring);
+    CHECK_FALSE(ps.is_chief);
+    CHECK(ps.task_id == 4 + i);
+    CHECK(ps.num_workers == 4);
+    CHECK(ps.num_ps == 2);
+    CHECK(ps.ring == ring);
+    CHECK(ps.task_name() == "ps " + std::to_string(i));
+    CHECK(ps.task_name_of_rank(0) == "chief 0");
+    CHECK(ps.task_name_of_rank(5) == "ps 1");
+    std::string msg = bootstrap_error([&] { mwms::Communicator::create(ps); });
     CHECK_THAT(msg, Contains("ps " + std::to_string(i)) &&
                         Contains("p" + std::to_string(i) + ":1") &&
-                        Contains("MultiWorkerMirroredStrategy") && Contains("parameter servers"));
+                        Contains("MultiWorkerMirroredStrategy") && Contains("parameter server") &&
+                        Contains("ParameterServerStrategy"));
   }
 }
 
@@ -288,10 +305,9 @@ TEST_CASE("TF_CONFIG job and task errors", "[unit][bootstrap]") {
   CHECK_THAT(tf_error(R"({"cluster": {"worker": ["w:1"], "evaluator": ["e:1", "f:1"]},
                           "task": {"type": "worker", "index": 0}})"),
              Contains("at most one evaluator"));
-  CHECK_THAT(tf_error(R"({"cluster": {"worker": ["w:1"], "ps": ["p:7"]},
-                          "task": {"type": "ps", "index": 0}})"),
+  CHECK_THAT(tf_error(R"({"cluster": {"ps": ["p:7"]}, "task": {"type": "ps", "index": 0}})"),
              Contains(kWhere) && Contains("ps 0") && Contains("p:7") &&
-                 Contains("does not use parameter servers"));
+                 Contains("no chief or worker"));
 }
 
 TEST_CASE("TF_CONFIG address errors name entry, task and value", "[unit][bootstrap]") {

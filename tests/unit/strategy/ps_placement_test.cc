@@ -4,6 +4,8 @@
 // here) must give TF's names, slices and ps tasks, or raise where TF raises, or be one of the
 // deliberate stricter checks listed below (Note [TF placement semantics] in
 // src/strategy/ps/placement.cc). Then hand-written corners and errors.
+#include "mwms/ps_placement.h"
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "mwms/errors.h"
-#include "mwms/ps_placement.h"
 #include "mwms/types.h"
 
 namespace {
@@ -58,7 +59,8 @@ json load_vectors() {
 // The generator's label for a partitioner ("none", "fixed_size(3)", "min_max(4,1024)").
 std::string label_of(const json& p) {
   const std::string kind = p.at("kind");
-  if (kind == "fixed_size") return "fixed_size(" + std::to_string(p.at("num_shards").get<int>()) + ")";
+  if (kind == "fixed_size")
+    return "fixed_size(" + std::to_string(p.at("num_shards").get<int>()) + ")";
   if (kind == "min_max") {
     return "min_max(" + std::to_string(p.at("max_partitions").get<int>()) + "," +
            std::to_string(p.at("min_slice_size").get<std::int64_t>()) + ")";
@@ -330,8 +332,8 @@ TEST_CASE("greedy puts each slice on the ps with the fewest bytes", "[unit][ps]"
   CHECK(tasks_of(shards) == std::vector<int>{0, 1, 1, 1, 1});
   CHECK(mwms::bytes_per_ps(shards, vars, 2) == std::vector<std::size_t>{400, 520});
   // Equal loads go to the lowest index: three equal variables on three ps, then back to 0.
-  const auto equal = mwms::place_variables(
-      specs({{"a", {4}}, {"b", {4}}, {"c", {4}}, {"d", {4}}}), 3, PsPlacement::kGreedyByBytes);
+  const auto equal = mwms::place_variables(specs({{"a", {4}}, {"b", {4}}, {"c", {4}}, {"d", {4}}}),
+                                           3, PsPlacement::kGreedyByBytes);
   CHECK(tasks_of(equal) == std::vector<int>{0, 1, 2, 0});
   // Slices are loaded one by one: a [7, 1] float32 in 3 parts (3, 2, 2 rows) on 2 ps.
   const auto parts = mwms::place_variables(specs({{"e", {7, 1}}, {"f", {1}}}), 2,

@@ -85,7 +85,7 @@ TEST_CASE("the ps description decoder is bounded and total", "[unit][ps]") {
   std::uint32_t many = 0xffffffffu;
   std::memcpy(&huge[at], &many, 4);
   CHECK_THAT(decode_error(huge), Contains("shards in"));
-  CHECK_THAT(decode_error("MMPS"), Contains("bad magic"));
+  CHECK_THAT(decode_error("XMPS" + bytes.substr(4)), Contains("bad magic"));
 }
 
 TEST_CASE("the first difference between the chief's and a worker's description", "[unit][ps]") {
