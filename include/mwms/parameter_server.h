@@ -118,6 +118,7 @@ class MWMS_API ParameterServerStrategy {
   /// This worker's index among the training tasks (its TF task id), -1 on a ps.
   int worker_index() const noexcept;
   const ResolvedCluster& cluster() const noexcept;  ///< as resolved (before the job mesh)
+  /// The options, with replicas_to_aggregate and total_num_replicas resolved (never 0).
   const ParameterServerOptions& options() const noexcept;
 
   /// Declares a float32 variable (worker tasks only; every worker declares the same variables in
