@@ -1,5 +1,7 @@
 #include "mlp.h"
 
+#include "mwms/optimizer.h"
+
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -138,12 +140,16 @@ std::size_t Mlp::count_correct(const float* x, const std::uint8_t* labels, int b
 SgdMomentum::SgdMomentum(std::size_t count, float learning_rate, float momentum)
     : learning_rate_(learning_rate), momentum_(momentum), velocity_(count, 0.0f) {}
 
+// The library's momentum optimizer (mwms/optimizer.h): the parameter servers run the same code on
+// their shards, so the all-reduce and the ps-sync modes compute bit-identical updates, and it is
+// built without FMA contraction whatever flags this program has (-DMWMS_NATIVE_ARCH=ON).
 void SgdMomentum::step(FloatBuffer& params, const FloatBuffer& grads) {
-  Eigen::Map<Eigen::ArrayXf> p(params.data(), Eigen::Index(params.size()));
-  Eigen::Map<const Eigen::ArrayXf> g(grads.data(), Eigen::Index(grads.size()));
-  Eigen::Map<Eigen::ArrayXf> v(velocity_.data(), Eigen::Index(velocity_.size()));
-  v = momentum_ * v + g;
-  p -= learning_rate_ * v;
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kMomentum;
+  o.learning_rate = learning_rate_;
+  o.momentum = momentum_;
+  float* slots[] = {velocity_.data()};
+  apply_gradient(o, params.data(), grads.data(), slots, params.size(), 1);
 }
 
 }  // namespace mwms::train

@@ -72,7 +72,8 @@ class Mlp : public Model {
   FloatBuffer d_hidden_; // hidden x batch
 };
 
-/// SGD with momentum in PyTorch's form: v = momentum * v + g; p -= lr * v.
+/// SGD with momentum (TF 1's MomentumOptimizer, PyTorch's form): v = momentum * v + g; p -= lr * v,
+/// through mwms::apply_gradient (mwms/optimizer.h).
 class SgdMomentum {
  public:
   SgdMomentum(std::size_t count, float learning_rate, float momentum);

@@ -392,3 +392,81 @@ TEST_CASE("a worker killed in asynchronous mode: the others finish, the ps names
   }
   CHECK_THAT(results[3].output, Contains("pushes=63") && Contains("lost=worker 1"));
 }
+
+TEST_CASE("ps-sync with replicas_to_aggregate == workers gives the all-reduce strategy's weights",
+          "[multiproc][ps]") {
+  // Least squares on fixed data, momentum 0.9: each worker's gradient over its half of every
+  // global batch. The all-reduce strategy sums the workers' gradients (each scaled by 1 / global
+  // batch) and applies the library's momentum update on every worker; the ps mean of the same
+  // gradients scaled by workers / global batch is the same sum (scaling by 2 is exact), and the
+  // ps applies the same update: the weights must agree bit for bit.
+  const int workers = 2, num_ps = 1, features = 64, outputs = 8, global = 32, steps = 20;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  opts.extra_ports = workers;  // the all-reduce job's own cluster
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    auto data = [](int row, int col) {
+      return static_cast<float>((row * 7 + col * 3) % 11) / 11.0f - 0.5f;
+    };
+    mwms::OptimizerOptions opt;
+    opt.kind = mwms::OptimizerKind::kMomentum;
+    opt.learning_rate = 0.05;
+    opt.momentum = 0.9;
+    std::vector<float> w(features * outputs, 0.0f), g(w.size());
+    // Sum over rows [begin, end) of the batch of step s of d/dw 0.5 |x w - y|^2, times scale.
+    auto gradient = [&](int step, int begin, int end, float scale) {
+      std::fill(g.begin(), g.end(), 0.0f);
+      for (int r = begin; r < end; ++r) {
+        const int row = step * global + r;
+        for (int o = 0; o < outputs; ++o) {
+          float pred = 0;
+          for (int f = 0; f < features; ++f) pred += data(row, f) * w[f * outputs + o];
+          const float err = pred - data(row, features + o);
+          for (int f = 0; f < features; ++f) g[f * outputs + o] += data(row, f) * err;
+        }
+      }
+      for (float& x : g) x *= scale;
+    };
+    const int begin = rank * global / workers, end = (rank + 1) * global / workers;
+    std::vector<float> reference;
+    if (rank < workers) {
+      mwms::MultiWorkerMirroredStrategy mwms_strategy(
+          mwms::resolve_tf_config(
+              mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)));
+      std::vector<float> velocity(w.size(), 0.0f);
+      float* slots[] = {velocity.data()};
+      for (int s = 0; s < steps; ++s) {
+        gradient(s, begin, end, 1.0f / global);
+        mwms_strategy.all_reduce_gradients({{g.data(), g.size(), mwms::DataType::kFloat32}});
+        mwms::apply_gradient(opt, w.data(), g.data(), slots, w.size(), s + 1);
+      }
+      mwms_strategy.finalize();
+      reference = w;
+      std::fill(w.begin(), w.end(), 0.0f);
+    }
+    auto o = ps_options(mwms::TransportChoice::kShm, true);
+    o.optimizer = opt;
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    s.create_variable({"dense/kernel", {features, outputs}}, w.data(), g.data());
+    s.initialize();
+    for (int step = 0; step < steps; ++step) {
+      gradient(step, begin, end, static_cast<float>(workers) / global);
+      s.apply_gradients();
+    }
+    s.finalize();
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) differ += w[i] != reference[i];
+    report("differ=" + std::to_string(differ) + " w0=" + std::to_string(w[0]) +
+           " ref0=" + std::to_string(reference[0]));
+  });
+  for (const ChildResult& r : results) {
+    INFO("rank " << r.rank << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    if (r.rank < workers) CHECK_THAT(r.output, Contains("differ=0 "));
+  }
+}
