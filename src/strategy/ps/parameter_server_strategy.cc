@@ -250,14 +250,13 @@ struct ParameterServerStrategy::Impl {
     }
   }
 
-  void exchange(PsKind request, PsKind reply, bool gradients, const char* op, const char* why) {
+  void exchange(PsKind request, PsKind reply, const char* op, const char* why) {
     for (PsLink& l : links) {
       const std::uint64_t seq = request == PsKind::kPush ? l.version : 0;
       channel->queue_send(l.rank, strategy::ps::envelope(request, seq), nullptr, 0);
       if (request == PsKind::kPush) queue_segments(l, l.version, true);
       expect(l, reply);
     }
-    (void)gradients;
     run(op, why);
   }
 
@@ -460,7 +459,7 @@ std::int64_t ParameterServerStrategy::initialize() {
 std::int64_t ParameterServerStrategy::pull() {
   Impl& m = *impl_;
   if (!m.initialized || m.finalized) throw InvalidUsage("pull() before initialize() or after finalize()");
-  m.exchange(PsKind::kPull, PsKind::kValues, false, "ps pull", "the ps sends the variables");
+  m.exchange(PsKind::kPull, PsKind::kValues, "ps pull", "the ps sends the variables");
   m.finish_values();
   return m.global_step;
 }
@@ -471,7 +470,7 @@ std::int64_t ParameterServerStrategy::apply_gradients() {
     throw InvalidUsage("apply_gradients() before initialize() or after finalize()");
   }
   if (m.stop) throw InvalidUsage("apply_gradients() after the chief ended the job (should_stop)");
-  m.exchange(PsKind::kPush, PsKind::kValues, true, "ps push",
+  m.exchange(PsKind::kPush, PsKind::kValues, "ps push",
              m.options.sync_replicas
                  ? "synchronous mode: the ps completes a global step once replicas_to_aggregate "
                    "workers pushed it"
