@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(tf_config peer_info frame checkpoint handshake ps_description)
+[ ${#targets[@]} -gt 0 ] || targets=(tf_config peer_info frame checkpoint handshake ps_description ps_checkpoint)
 command -v clang++ > /dev/null || { echo "run_fuzz.sh: skipped: no clang++ (Debian package clang)"; exit 0; }
 probe=$(mktemp -d)
 trap 'rm -rf "$probe"' EXIT

@@ -9,7 +9,7 @@ packages=(
   nlohmann-json3-dev                     # JSON (TF_CONFIG, metrics, bench --json)
   catch2                                 # unit and integration tests (Catch2 v2)
   libopenmpi-dev openmpi-bin             # MPI bootstrap, `mpirun`, bench --compare mpi
-  zlib1g-dev                             # train: reads the gzip'ed IDX files
+  zlib1g-dev                             # libmwms: ps checkpoint CRC32; train: gzip'ed IDX files
   libssl-dev                             # libcrypto: HMAC-SHA256 auth handshake (MWMS_AUTH_KEY)
   dataset-fashion-mnist                  # train: /usr/share/datasets/fashion-mnist/*.gz
   libeigen3-dev                          # train: the MLP's matrix products

@@ -61,6 +61,7 @@ void write_metrics(const std::string& path, const RunSummary& s) {
     j["bytes_pulled_per_ps"] = s.bytes_pulled;
     if (!s.staleness_histogram.empty()) j["staleness_histogram"] = s.staleness_histogram;
     if (!s.lost_workers.empty()) j["lost_workers"] = s.lost_workers;
+    j["recoveries"] = s.recoveries;
   } else {
     j["mode"] = s.mode;
   }

@@ -50,6 +50,7 @@ struct RunSummary {
   /// ps metrics: applied gradients by staleness (last bucket: that many or more).
   std::vector<long long> staleness_histogram;
   std::vector<std::string> lost_workers;  ///< ps metrics: workers it lost
+  int recoveries = 0;  ///< times the session reconnected and restored (ps modes)
 };
 
 /// Mean images/s over the epochs of `summary` (0 when none).

@@ -28,27 +28,48 @@ struct PsSummary {
   std::vector<std::uint64_t> bytes_pulled;  ///< by ps
 };
 
+/// Note [ps input position]: where a worker is in the input follows from the global step alone,
+/// so a restored or recovered job continues where its checkpoint left it. Synchronous mode:
+/// every worker computes its rows of global batch `global_step` (all of them pulled the same
+/// version). Asynchronous mode: each worker counts its own steps; the global step counts every
+/// worker's pushes, so a worker that starts at global step G is at its step G / num_workers.
+/// Step k is batch k % steps_per_epoch of epoch k / steps_per_epoch's shuffle.
 class PsTrainer {
  public:
-  /// Declares the model's tensors as variables of `strategy` (a worker's). Keeps references:
-  /// everything must outlive the trainer. @throws std::runtime_error for a bad batch size.
-  PsTrainer(const TrainConfig& config, ParameterServerStrategy& strategy, const Dataset& train,
-            const Dataset& test);
-  /// Collective over the job: the chief initialises the weights from the seed and they become
-  /// the variables; every worker pulls them.
-  void prepare();
-  /// Trains epoch `epoch` (0-based): steps_per_epoch() steps on this worker's shard of each
-  /// global batch (batch_shard), or fewer when the chief ends the job. seconds/images_per_sec
-  /// are this worker's; train_loss its own mean.
-  EpochStats train_epoch(int epoch);
+  /// A worker's trainer (task id `worker_index` of `num_workers`). Keeps references to `train`
+  /// and `test`. @throws std::runtime_error for a bad batch size.
+  PsTrainer(const TrainConfig& config, int num_workers, int worker_index, bool sync_replicas,
+            bool is_chief, const Dataset& train, const Dataset& test);
+  /// Declares the model's tensors as variables of a freshly connected `strategy` (the session
+  /// creator calls it on every (re)connection); on the chief the weights are first initialised
+  /// from the seed, and become the variables unless a checkpoint is restored.
+  void declare(ParameterServerStrategy& strategy);
+  /// Positions the input at `global_step` (Note [ps input position]) and starts an epoch's
+  /// statistics.
+  void start_at(std::int64_t global_step);
+  /// One step: this worker's rows of its current batch, forward/backward, push and pull. Returns
+  /// the mean loss over its rows.
+  double step(ParameterServerStrategy& strategy);
+  /// True when the last step finished an epoch (of this worker's steps).
+  bool epoch_done() const;
+  /// The statistics of the epoch that just ended (or the partial one), and a new epoch begun.
+  /// seconds/images_per_sec are this worker's.
+  EpochStats end_epoch();
+  /// Steps taken in the current epoch.
+  int epoch_steps() const { return epoch_steps_; }
+  /// The epoch (0-based) the next step belongs to.
+  int epoch() const;
   /// Pulls the current variables and evaluates the whole test set on them.
-  double evaluate();
+  double evaluate(ParameterServerStrategy& strategy);
   int steps_per_epoch() const;
-  PsSummary summary() const;
+  /// The global step at which `epochs` epochs are done (the StopAtStepHook's last_step).
+  std::int64_t last_step(int epochs) const;
 
  private:
   TrainConfig config_;
-  ParameterServerStrategy& strategy_;
+  int num_workers_;
+  bool sync_;
+  bool chief_;
   const Dataset& train_;
   const Dataset& test_;
   std::unique_ptr<Model> model_;
@@ -56,6 +77,15 @@ class PsTrainer {
   FloatBuffer batch_x_;
   std::vector<std::uint8_t> batch_y_;
   std::vector<std::uint32_t> order_;
+  int order_epoch_ = -1;       // the epoch order_ holds
+  std::int64_t position_ = 0;  // this worker's next step (Note [ps input position])
+  int epoch_steps_ = 0;
+  double epoch_loss_ = 0;
+  double epoch_start_ = 0;
+  bool epoch_done_ = false;
 };
+
+/// The ps-mode summary of `strategy` for the metrics file.
+PsSummary ps_summary(const ParameterServerStrategy& strategy);
 
 }  // namespace mwms::train

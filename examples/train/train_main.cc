@@ -53,6 +53,12 @@ struct Flags {
   std::string optimizer = "momentum";
   std::string ps_placement = "round_robin";
   int ps_partitions = 0;
+  // The session (mwms/session.h), both modes.
+  long long save_checkpoint_steps = 0;
+  double save_checkpoint_secs = 0;
+  int max_recoveries = 0;
+  long long log_step_count_steps = 0;
+  long long max_steps = 0;
 };
 
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
@@ -150,6 +156,31 @@ int parse_flags(int argc, char** argv, Flags& f) {
                  "Parameter-server mode: split every variable into this many shards along axis 0 "
                  "(fixed_size_partitioner; 0: none)")
       ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--save_checkpoint_steps", f.save_checkpoint_steps,
+                 "The chief checkpoints every this many global steps (0 with "
+                 "--save_checkpoint_secs 0: every epoch); the all-reduce mode saves at epoch "
+                 "ends only, so a multiple of the steps per epoch")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--save_checkpoint_secs", f.save_checkpoint_secs,
+                 "Parameter-server mode: the chief checkpoints every this many seconds instead "
+                 "(0: by steps)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max_recoveries", f.max_recoveries,
+                 "Parameter-server mode: when a ps or peer fails, reconnect the job and restore "
+                 "the newest checkpoint up to this many times (every task must use the same)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_option("--log_step_count_steps", f.log_step_count_steps,
+                 "The chief prints the global step, loss and steps/s every this many steps "
+                 "(0: per epoch only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max_steps", f.max_steps,
+                 "Stop at this global step (StopAtStepHook; 0: after --epochs epochs)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -296,9 +327,7 @@ void print_epoch(const EpochStats& e, int epochs) {
   std::fflush(stdout);
 }
 
-// Parameter-server mode (docs/parameter_server.md): the cluster has a "ps" job. A ps task serves
-// until the chief ends the job (TF's server.join()); workers train through PsTrainer.
-int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
+mwms::ParameterServerOptions ps_options(const Flags& f) {
   mwms::ParameterServerOptions options;
   options.sync_replicas = f.sync_replicas;
   options.replicas_to_aggregate = f.replicas_to_aggregate;
@@ -309,7 +338,10 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   options.optimizer.momentum = f.train.momentum;
   options.placement = mwms::parse_ps_placement(f.ps_placement);
   if (f.ps_partitions > 0) options.partitioner = mwms::Partitioner::fixed_size(f.ps_partitions);
-  mwms::ParameterServerStrategy strategy(cluster, options);
+  return options;
+}
+
+RunSummary ps_run_summary(const Flags& f, const mwms::ResolvedCluster& cluster) {
   RunSummary summary;
   summary.mode = f.sync_replicas ? "ps-sync" : "ps-async";
   summary.num_ps = cluster.num_ps;
@@ -320,40 +352,82 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   summary.global_batch_size = f.train.global_batch_size;
   summary.learning_rate = f.train.learning_rate;
   summary.seed = f.train.seed;
-  if (strategy.is_ps()) {
-    std::printf("train: %s is a parameter server; serving %d worker(s) until the chief ends the "
-                "job\n", cluster.task_name().c_str(), cluster.num_workers);
-    std::fflush(stdout);
-    const mwms::ParameterServerStats s = strategy.join();
-    std::printf("train: %s done: %lld gradient(s) received, %lld applied, %lld dropped as stale, "
-                "global step %lld%s\n",
-                cluster.task_name().c_str(), static_cast<long long>(s.pushes),
-                static_cast<long long>(s.applied), static_cast<long long>(s.dropped_stale),
-                static_cast<long long>(s.global_step),
-                s.lost_workers.empty() ? "" : ", lost workers:");
-    for (const std::string& w : s.lost_workers) std::printf("train:   lost %s\n", w.c_str());
-    if (!f.metrics_file.empty()) {
-      summary.global_step = s.global_step;
-      summary.pushes = s.pushes;
-      summary.dropped_stale = s.dropped_stale;
-      summary.bytes_pushed.assign(s.bytes_pushed.begin(), s.bytes_pushed.end());
-      summary.bytes_pulled.assign(s.bytes_pulled.begin(), s.bytes_pulled.end());
-      summary.staleness_histogram.assign(s.staleness_histogram.begin(),
-                                         s.staleness_histogram.end());
-      summary.lost_workers = s.lost_workers;
-      mwms::train::write_metrics(f.metrics_file + ".ps" + std::to_string(cluster.task.index) +
-                                     ".json",
-                                 summary);
-    }
-    return 0;
+  return summary;
+}
+
+// A ps task serves until the chief ends the job (TF's server.join()), through every recovery.
+int serve_ps(const Flags& f, const mwms::ResolvedCluster& cluster,
+             mwms::ParameterServerSessionCreator& creator) {
+  std::printf("train: %s is a parameter server; serving %d worker(s) until the chief ends the "
+              "job\n", cluster.task_name().c_str(), cluster.num_workers);
+  std::fflush(stdout);
+  const mwms::ParameterServerStats s = creator.join(f.max_recoveries);
+  std::printf("train: %s done: %lld gradient(s) received, %lld applied, %lld dropped as stale, "
+              "global step %lld%s\n",
+              cluster.task_name().c_str(), static_cast<long long>(s.pushes),
+              static_cast<long long>(s.applied), static_cast<long long>(s.dropped_stale),
+              static_cast<long long>(s.global_step), s.lost_workers.empty() ? "" : ", lost workers:");
+  for (const std::string& w : s.lost_workers) std::printf("train:   lost %s\n", w.c_str());
+  if (!f.metrics_file.empty()) {
+    RunSummary summary = ps_run_summary(f, cluster);
+    summary.global_step = s.global_step;
+    summary.pushes = s.pushes;
+    summary.dropped_stale = s.dropped_stale;
+    summary.bytes_pushed.assign(s.bytes_pushed.begin(), s.bytes_pushed.end());
+    summary.bytes_pulled.assign(s.bytes_pulled.begin(), s.bytes_pulled.end());
+    summary.staleness_histogram.assign(s.staleness_histogram.begin(), s.staleness_histogram.end());
+    summary.lost_workers = s.lost_workers;
+    mwms::train::write_metrics(
+        f.metrics_file + ".ps" + std::to_string(cluster.task.index) + ".json", summary);
+  }
+  return 0;
+}
+
+// The session's hooks and checkpoint settings, as both modes use them.
+mwms::MonitoredTrainingSessionOptions session_options(const Flags& f, std::int64_t last_step,
+                                                      std::int64_t steps_per_save) {
+  mwms::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = f.train.checkpoint_dir;
+  o.save_checkpoint_steps = f.save_checkpoint_steps;
+  o.save_checkpoint_secs = f.save_checkpoint_secs;
+  if (o.save_checkpoint_steps == 0 && o.save_checkpoint_secs == 0) {
+    o.save_checkpoint_steps = std::max<std::int64_t>(steps_per_save, 1);
+  }
+  o.max_recoveries = f.max_recoveries;
+  o.log_step_count_steps = f.log_step_count_steps;
+  o.hooks = {std::make_shared<mwms::StopAtStepHook>(0, std::max<std::int64_t>(last_step, 1)),
+             std::make_shared<mwms::NanTensorHook>()};
+  return o;
+}
+
+// Parameter-server mode (docs/parameter_server.md): the cluster has a "ps" job. A ps task serves;
+// workers train through PsTrainer under a MonitoredTrainingSession, whose chief checkpoints every
+// shard and which reconnects and restores after a failure (--max_recoveries).
+int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
+  const mwms::ParameterServerOptions options = ps_options(f);
+  if (cluster.task.type == "ps") {
+    mwms::ParameterServerSessionCreator creator(cluster, options, {});
+    return serve_ps(f, cluster, creator);
   }
   const mwms::train::Dataset train_set = mwms::train::load_split(f.data_dir, "train", 10);
   const mwms::train::Dataset test_set = mwms::train::load_split(f.data_dir, "t10k", 10);
-  mwms::train::PsTrainer trainer(f.train, strategy, train_set, test_set);
-  const bool leader = strategy.is_chief();
+  const bool leader = cluster.is_chief;
+  mwms::train::PsTrainer trainer(f.train, cluster.num_workers, cluster.task_id, f.sync_replicas,
+                                 leader, train_set, test_set);
+  if (leader && !f.train.checkpoint_dir.empty() && !f.train.resume &&
+      !mwms::latest_checkpoint(f.train.checkpoint_dir).empty()) {
+    throw std::runtime_error("--checkpoint_dir " + f.train.checkpoint_dir + " holds checkpoints "
+                             "of an earlier run: pass --resume to continue from them, or give an "
+                             "empty directory");
+  }
+  mwms::ParameterServerSessionCreator creator(
+      cluster, options, [&](mwms::ParameterServerStrategy& s) { trainer.declare(s); });
+  const std::int64_t per_epoch = trainer.last_step(1);
+  const std::int64_t last_step =
+      f.max_steps > 0 ? f.max_steps : trainer.last_step(f.train.epochs);
   if (leader) {
     std::printf("train: %s, model %s, parameter servers: %d ps, %d worker(s), %s%s, optimizer "
-                "%s, global batch %d, %d step(s)/epoch, lr %g\n",
+                "%s, global batch %d, %d step(s)/epoch, lr %g, last step %lld\n",
                 cluster.task_name().c_str(), f.train.model.c_str(), cluster.num_ps,
                 cluster.num_workers, f.sync_replicas ? "synchronous" : "asynchronous",
                 f.sync_replicas && f.replicas_to_aggregate > 0
@@ -361,33 +435,55 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
                           .c_str()
                     : "",
                 f.optimizer.c_str(), f.train.global_batch_size, trainer.steps_per_epoch(),
-                f.train.learning_rate);
+                f.train.learning_rate, static_cast<long long>(last_step));
     std::fflush(stdout);
   }
-  trainer.prepare();
-  summary.epochs = f.train.epochs;
-  for (int epoch = 0; epoch < f.train.epochs && !strategy.should_stop(); ++epoch) {
-    EpochStats stats = trainer.train_epoch(epoch);
-    if (leader) stats.test_accuracy = trainer.evaluate();
+  mwms::MonitoredTrainingSession session(creator, session_options(f, last_step, per_epoch));
+  if (leader && !creator.strategy().restored_from().empty()) {
+    std::printf("train: restored %s (global step %lld)\n",
+                creator.strategy().restored_from().c_str(),
+                static_cast<long long>(session.global_step()));
+  }
+  RunSummary summary = ps_run_summary(f, cluster);
+  trainer.start_at(session.global_step());
+  const auto finish_epoch = [&] {
+    EpochStats stats = trainer.end_epoch();
+    if (leader) stats.test_accuracy = trainer.evaluate(creator.strategy());
     summary.per_epoch.push_back(stats);
-    if (!leader) continue;
-    std::printf("epoch %d/%d: loss %.4f, test accuracy %.4f, %.0f images/s (%d step(s), global "
+    if (!leader) return;
+    std::printf("epoch %d: loss %.4f, test accuracy %.4f, %.0f images/s (%d step(s), global "
                 "step %lld)\n",
-                stats.epoch, f.train.epochs, stats.train_loss, stats.test_accuracy,
-                stats.images_per_sec, stats.steps, static_cast<long long>(strategy.global_step()));
+                stats.epoch, stats.train_loss, stats.test_accuracy, stats.images_per_sec,
+                stats.steps, static_cast<long long>(session.global_step()));
     std::fflush(stdout);
+  };
+  while (session.global_step() < last_step && !session.should_stop()) {
+    const mwms::SessionRunValues v =
+        session.run([&](std::int64_t) { return trainer.step(creator.strategy()); });
+    if (v.recovered) {
+      std::printf("train: %s recovered (%d of %d): continuing from global step %lld\n",
+                  cluster.task_name().c_str(), session.recoveries(), f.max_recoveries,
+                  static_cast<long long>(v.global_step));
+      std::fflush(stdout);
+      trainer.start_at(v.global_step);
+      continue;
+    }
+    if (trainer.epoch_done()) finish_epoch();
   }
+  if (trainer.epoch_steps() > 0) finish_epoch();  // stopped inside an epoch
+  summary.epochs = f.train.epochs;
   if (!summary.per_epoch.empty()) {
     summary.test_accuracy = leader ? summary.per_epoch.back().test_accuracy : 0;
     summary.final_train_loss = summary.per_epoch.back().train_loss;
   }
-  const mwms::train::PsSummary ps = trainer.summary();
+  const mwms::train::PsSummary ps = mwms::train::ps_summary(creator.strategy());
   summary.global_step = ps.global_step;
   summary.pushes = ps.pushes;
   summary.dropped_stale = ps.dropped_stale;
+  summary.recoveries = session.recoveries();
   summary.bytes_pushed.assign(ps.bytes_pushed.begin(), ps.bytes_pushed.end());
   summary.bytes_pulled.assign(ps.bytes_pulled.begin(), ps.bytes_pulled.end());
-  strategy.finalize();  // goodbye to every ps; the chief's ends the job
+  session.close();  // the chief's last checkpoint; goodbye to every ps (the chief's ends the job)
   if (!leader && ps.dropped_stale > 0) {
     std::printf("train: %s: %lld gradient(s) dropped as stale\n", cluster.task_name().c_str(),
                 static_cast<long long>(ps.dropped_stale));
@@ -395,6 +491,49 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
   return 0;
 }
+
+// The all-reduce mode's SessionCreator: the strategy is connected once (a lost worker ends an
+// all-reduce job: restart it with --resume); the chief restores and saves train's own
+// checkpoint file (checkpoint.h), which holds whole epochs, so saves happen at epoch ends.
+class MirroredSessionCreator : public mwms::SessionCreator {
+ public:
+  MirroredSessionCreator(mwms::MultiWorkerMirroredStrategy& strategy,
+                         mwms::train::Trainer& trainer)
+      : strategy_(strategy), trainer_(trainer), steps_per_epoch_(trainer.steps_per_epoch()) {}
+  std::int64_t create_session(const std::string&) override {
+    if (created_) {
+      throw mwms::InvalidUsage("the all-reduce mode does not reconnect a job: restart it with "
+                               "--resume");
+    }
+    created_ = true;
+    first_epoch_ = trainer_.prepare();  // the leader restores with --resume; broadcast
+    step_ = static_cast<std::int64_t>(first_epoch_) * steps_per_epoch_;
+    return step_;
+  }
+  std::string save(const std::string& dir) override {
+    if (steps_per_epoch_ == 0 || step_ % steps_per_epoch_ != 0) {
+      throw mwms::InvalidUsage("the all-reduce mode checkpoints at epoch ends only (global step " +
+                               std::to_string(step_) + ", " + std::to_string(steps_per_epoch_) +
+                               " steps per epoch)");
+    }
+    trainer_.save(static_cast<int>(step_ / steps_per_epoch_));
+    return mwms::train::checkpoint_path(dir);
+  }
+  std::int64_t global_step() const override { return step_; }
+  bool is_chief() const override { return strategy_.is_chief(); }
+  void close() override { strategy_.finalize(); }
+  void abandon() noexcept override {}
+  void advance() { ++step_; }
+  int first_epoch() const { return first_epoch_; }
+
+ private:
+  mwms::MultiWorkerMirroredStrategy& strategy_;
+  mwms::train::Trainer& trainer_;
+  std::int64_t steps_per_epoch_;
+  bool created_ = false;
+  int first_epoch_ = 0;
+  std::int64_t step_ = 0;
+};
 
 int run(const Flags& flags) {
   // Workers share the cores; Eigen's own threads would only compete with the other processes.
@@ -434,7 +573,25 @@ int run(const Flags& flags) {
                 trainer.steps_per_epoch(), f.train.learning_rate);
     std::fflush(stdout);
   }
-  const int first_epoch = trainer.prepare();
+  if (f.max_recoveries > 0 || f.save_checkpoint_secs > 0) {
+    throw std::runtime_error("--max_recoveries and --save_checkpoint_secs are for the "
+                             "parameter-server mode; an all-reduce job that loses a worker is "
+                             "restarted with --resume");
+  }
+  const int spe = trainer.steps_per_epoch();
+  if (f.save_checkpoint_steps > 0 && (spe == 0 || f.save_checkpoint_steps % spe != 0)) {
+    throw std::runtime_error("--save_checkpoint_steps " + std::to_string(f.save_checkpoint_steps) +
+                             ": the all-reduce mode checkpoints at epoch ends, so a multiple of "
+                             "the " + std::to_string(spe) + " steps per epoch");
+  }
+  // Note [session in all-reduce mode]: every decision here follows the global step, the same on
+  // every worker: StopAtStepHook, the epoch ends (evaluation is collective), the chief's saves.
+  MirroredSessionCreator creator(*strategy, trainer);
+  const std::int64_t last_step = f.max_steps > 0
+                                     ? f.max_steps
+                                     : static_cast<std::int64_t>(f.train.epochs) * spe;
+  mwms::MonitoredTrainingSession session(creator, session_options(f, last_step, spe));
+  const int first_epoch = creator.first_epoch();
 
   RunSummary summary;
   summary.num_replicas_in_sync = strategy->num_replicas_in_sync();
@@ -448,24 +605,44 @@ int run(const Flags& flags) {
   summary.learning_rate = f.train.learning_rate;
   summary.seed = f.train.seed;
   summary.epochs = std::max(first_epoch, f.train.epochs);
-  for (int epoch = first_epoch; epoch < f.train.epochs; ++epoch) {
-    // mpirun hands every rank a pseudo-terminal whatever its own output is (a file, a pipe),
-    // so under an MPI launcher the bar would fill redirected logs with redraws: off there.
-    const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                           std::getenv("PMI_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
-    if (leader && ::isatty(STDOUT_FILENO) && !under_mpi) {
-      trainer.set_progress(ProgressBar(epoch + 1, f.train.epochs,
-                                       static_cast<std::size_t>(f.train.global_batch_size)));
-    }
-    EpochStats stats = trainer.train_epoch(epoch);
+  // mpirun hands every rank a pseudo-terminal whatever its own output is (a file, a pipe), so
+  // under an MPI launcher the bar would fill redirected logs with redraws: off there.
+  const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                         std::getenv("PMI_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+  const bool bar = leader && ::isatty(STDOUT_FILENO) && !under_mpi;
+  int epoch = first_epoch;
+  bool in_epoch = false;
+  const auto finish_epoch = [&] {
+    in_epoch = false;
+    EpochStats stats = trainer.end_epoch();
     stats.test_accuracy = trainer.evaluate();
     summary.per_epoch.push_back(stats);
     summary.allreduce_seconds += stats.allreduce_seconds;
     summary.exposed_allreduce_seconds += stats.exposed_allreduce_seconds;
-    if (!leader) continue;
-    print_epoch(stats, f.train.epochs);
-    if (!f.train.checkpoint_dir.empty()) trainer.save(epoch + 1);
+    if (leader) print_epoch(stats, f.train.epochs);
+  };
+  while (spe > 0 && session.global_step() < last_step && !session.should_stop()) {
+    if (!in_epoch) {
+      if (bar) {
+        trainer.set_progress(ProgressBar(epoch + 1, f.train.epochs,
+                                         static_cast<std::size_t>(f.train.global_batch_size)));
+      }
+      trainer.begin_epoch(epoch);
+      in_epoch = true;
+    }
+    // The epoch's end is evaluated before the hooks' after_run, so the chief's checkpoint of an
+    // epoch end follows its evaluation, as before the session.
+    session.run([&](std::int64_t) {
+      const double loss = trainer.train_step();
+      creator.advance();
+      if (trainer.epoch_steps() == spe) {
+        finish_epoch();
+        ++epoch;
+      }
+      return loss;
+    });
   }
+  if (in_epoch && trainer.epoch_steps() > 0) finish_epoch();  // --max_steps inside an epoch
   if (summary.per_epoch.empty()) {
     // Resumed past the last epoch: report the restored model.
     summary.test_accuracy = trainer.evaluate();
@@ -477,7 +654,7 @@ int run(const Flags& flags) {
     summary.test_accuracy = summary.per_epoch.back().test_accuracy;
     summary.final_train_loss = summary.per_epoch.back().train_loss;
   }
-  strategy->finalize();  // the last collective: peers see an orderly exit, not a death
+  session.close();  // the last collective (finalize): peers see an orderly exit, not a death
   if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
   return 0;
 }

@@ -196,76 +196,99 @@ int Trainer::prepare() {
 }
 
 EpochStats Trainer::train_epoch(int epoch) {
+  begin_epoch(epoch);
+  for (int step = 0; step < steps_per_epoch(); ++step) train_step();
+  return end_epoch();
+}
+
+void Trainer::begin_epoch(int epoch) {
   epoch_order(config_.seed, epoch, train_.size(), order_);
-  const int steps = steps_per_epoch();
+  epoch_ = epoch;
+  step_ = 0;
+  for (Replica& rep : replicas_) rep.loss_sum = 0;
+  allreduce_before_ = strategy_.allreduce_seconds();
+  exposed_before_ = strategy_.exposed_allreduce_seconds();
+  device_before_ = device_allreduce_seconds_;
+  epoch_start_ = now_seconds();
+}
+
+// One replica's step (Note [replica models]); K = 1 runs it on this thread.
+void Trainer::replica_step(const ReplicaContext& ctx) {
   const std::size_t global_batch = static_cast<std::size_t>(config_.global_batch_size);
   const float scale = 1.0f / static_cast<float>(global_batch);  // Note [equivalence]
+  Replica& rep = replicas_[static_cast<std::size_t>(ctx.local_replica_id)];
+  const int rows = static_cast<int>(rep.shard.size());
+  const std::uint32_t* indices =
+      order_.data() + static_cast<std::size_t>(step_) * global_batch + rep.shard.begin;
+  gather_batch(train_, indices, rep.shard.size(), rep.batch_x.data(), rep.batch_y.data());
+  if (rep.gpu) {
+    // Note [gpu replica]: the flat device gradient is one bucket.
+    rep.loss_sum += rep.gpu->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale);
+    const double t0 = now_seconds();
+    device_comm_->all_reduce(rep.gpu->device_gradients(), rep.gpu->size(), DataType::kFloat32,
+                             ReduceOp::kSum, DeviceStream{rep.gpu->stream()})
+        ->wait();
+    device_allreduce_seconds_ += now_seconds() - t0;
+    rep.gpu->sgd_step(static_cast<float>(config_.learning_rate), config_.momentum);
+    return;
+  }
+  if (config_.overlap_blocks > 0) {
+    // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]); with
+    // K > 1 each bucket is first reduced across the local replicas (Note [overlapped replica
+    // buckets]). One pointer captured: held inside std::function, no allocation.
+    const std::function<void(std::size_t)> ready = [&ctx](std::size_t i) {
+      ctx.gradient_ready(i);
+    };
+    ctx.begin_gradient_sync(rep.sync_tensors, ReduceOp::kSum);
+    rep.loss_sum += rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows,
+                                                scale, ready, config_.overlap_blocks);
+    ctx.finish_gradient_sync();
+  } else {
+    rep.loss_sum +=
+        rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale, {}, 1);
+    ctx.all_reduce(ReduceOp::kSum, rep.grad_tensors);
+  }
+  rep.optimizer->step(rep.model->params(), rep.model->gradients());
+}
+
+double Trainer::train_step() {
+  const int steps = steps_per_epoch();
+  if (step_ >= steps) throw std::logic_error("train_step past the end of the epoch");
   std::size_t local_rows = 0;
-  for (Replica& rep : replicas_) {
-    rep.loss_sum = 0;
+  double before = 0;
+  for (const Replica& rep : replicas_) {
     local_rows += rep.shard.size();
+    before += rep.loss_sum;
   }
-  const double allreduce_before = strategy_.allreduce_seconds();
-  const double exposed_before = strategy_.exposed_allreduce_seconds();
-  const double device_before = device_allreduce_seconds_;
-  const double start = now_seconds();
-  int step = 0;
-  // One replica's step (Note [replica models]); K = 1 runs it on this thread.
-  const auto replica_step = [&](const ReplicaContext& ctx) {
-    Replica& rep = replicas_[static_cast<std::size_t>(ctx.local_replica_id)];
-    const int rows = static_cast<int>(rep.shard.size());
-    const std::uint32_t* indices = order_.data() + step * global_batch + rep.shard.begin;
-    gather_batch(train_, indices, rep.shard.size(), rep.batch_x.data(), rep.batch_y.data());
-    if (rep.gpu) {
-      // Note [gpu replica]: the flat device gradient is one bucket.
-      rep.loss_sum += rep.gpu->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale);
-      const double t0 = now_seconds();
-      device_comm_->all_reduce(rep.gpu->device_gradients(), rep.gpu->size(), DataType::kFloat32,
-                               ReduceOp::kSum, DeviceStream{rep.gpu->stream()})
-          ->wait();
-      device_allreduce_seconds_ += now_seconds() - t0;
-      rep.gpu->sgd_step(static_cast<float>(config_.learning_rate), config_.momentum);
-      return;
-    }
-    if (config_.overlap_blocks > 0) {
-      // Buckets are all-reduced while the rest of backprop runs (Note [backprop order]); with
-      // K > 1 each bucket is first reduced across the local replicas (Note [overlapped replica
-      // buckets]). One pointer captured: held inside std::function, no allocation.
-      const std::function<void(std::size_t)> ready = [&ctx](std::size_t i) {
-        ctx.gradient_ready(i);
-      };
-      ctx.begin_gradient_sync(rep.sync_tensors, ReduceOp::kSum);
-      rep.loss_sum += rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows,
-                                                  scale, ready, config_.overlap_blocks);
-      ctx.finish_gradient_sync();
-    } else {
-      rep.loss_sum +=
-          rep.model->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale, {}, 1);
-      ctx.all_reduce(ReduceOp::kSum, rep.grad_tensors);
-    }
-    rep.optimizer->step(rep.model->params(), rep.model->gradients());
-  };
-  for (; step < steps; ++step) {
-    strategy_.run(replica_step);
-    if (progress_) {
-      double loss_sum = 0;
-      for (const Replica& rep : replicas_) loss_sum += rep.loss_sum;
-      progress_(step + 1, steps,
-                loss_sum / (static_cast<double>(step + 1) * std::max<std::size_t>(local_rows, 1)),
-                now_seconds() - start);
-    }
+  if (!replica_step_fn_) {
+    replica_step_fn_ = [this](const ReplicaContext& ctx) { replica_step(ctx); };
   }
+  strategy_.run(replica_step_fn_);
+  ++step_;
+  double loss_sum = 0;
+  for (const Replica& rep : replicas_) loss_sum += rep.loss_sum;
+  const double rows = static_cast<double>(std::max<std::size_t>(local_rows, 1));
+  if (progress_) {
+    progress_(step_, steps, loss_sum / (static_cast<double>(step_) * rows),
+              now_seconds() - epoch_start_);
+  }
+  return (loss_sum - before) / rows;
+}
+
+EpochStats Trainer::end_epoch() {
+  const std::size_t global_batch = static_cast<std::size_t>(config_.global_batch_size);
+  const int steps = step_;
   double loss_sum = 0;
   for (const Replica& rep : replicas_) loss_sum += rep.loss_sum;
   EpochStats stats;
-  stats.epoch = epoch + 1;
+  stats.epoch = epoch_ + 1;
   stats.steps = steps;
-  const double device_seconds = device_allreduce_seconds_ - device_before;
-  stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before + device_seconds;
+  const double device_seconds = device_allreduce_seconds_ - device_before_;
+  stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before_ + device_seconds;
   stats.exposed_allreduce_seconds =
-      strategy_.exposed_allreduce_seconds() - exposed_before + device_seconds;
+      strategy_.exposed_allreduce_seconds() - exposed_before_ + device_seconds;
   // The slowest worker sets the pace of a synchronous step.
-  stats.seconds = strategy_.reduce(ReduceOp::kMax, now_seconds() - start);
+  stats.seconds = strategy_.reduce(ReduceOp::kMax, now_seconds() - epoch_start_);
   const double examples = static_cast<double>(steps) * static_cast<double>(global_batch);
   stats.train_loss = steps > 0 ? strategy_.reduce(ReduceOp::kSum, loss_sum) / examples : 0.0;
   stats.images_per_sec = stats.seconds > 0 ? examples / stats.seconds : 0.0;

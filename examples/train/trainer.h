@@ -84,8 +84,19 @@ class Trainer {
   /// leader and std::runtime_error on every other worker when no checkpoint is usable.
   int prepare();
 
-  /// Collective. Trains epoch `epoch` (0-based); losses are reduced across workers.
+  /// Collective. Trains epoch `epoch` (0-based); losses are reduced across workers. The same as
+  /// begin_epoch(epoch), steps_per_epoch() train_step()s, end_epoch().
   EpochStats train_epoch(int epoch);
+  /// Collective. Starts epoch `epoch` (0-based): its shuffle and statistics.
+  void begin_epoch(int epoch);
+  /// Collective. The epoch's next global step: every replica's rows, forward/backward, the
+  /// gradient all-reduce and the update. Returns this worker's mean loss over its rows.
+  /// @throws std::logic_error past the epoch's last step, and as the strategy.
+  double train_step();
+  /// Steps taken in the current epoch.
+  int epoch_steps() const { return step_; }
+  /// Collective. The current epoch's statistics (losses reduced across workers).
+  EpochStats end_epoch();
 
   /// Called after every step of train_epoch with (step done, steps, this worker's mean loss so
   /// far, seconds since the epoch started); for a progress display (it throttles itself).
@@ -120,6 +131,7 @@ class Trainer {
 
   int restore_on_leader();
   void add_replica();
+  void replica_step(const ReplicaContext& ctx);
 
   TrainConfig config_;
   MultiWorkerMirroredStrategy& strategy_;
@@ -130,6 +142,14 @@ class Trainer {
   std::vector<Replica> replicas_;       // one per local replica; [0] is saved and restored
   Progress progress_;
   std::vector<std::uint32_t> order_;    // the epoch's global shuffle
+  // The current epoch (begin_epoch .. end_epoch).
+  int epoch_ = 0;
+  int step_ = 0;
+  double epoch_start_ = 0;
+  double allreduce_before_ = 0;
+  double exposed_before_ = 0;
+  double device_before_ = 0;
+  std::function<void(const ReplicaContext&)> replica_step_fn_;  // built once: no allocation per step
 };
 
 }  // namespace mwms::train

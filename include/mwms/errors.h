@@ -108,6 +108,22 @@ class MWMS_API BackendError : public Error {
   int native_code_;
 };
 
+/// A checkpoint file (a ps's shard file, a checkpoint manifest) that cannot be written or used:
+/// not found, damaged (a checksum, a field out of range, a truncated or overlong file), written for
+/// other variables or another job, or a system call on it failed. path() names the file. Nothing
+/// else is broken: the session falls back to an older checkpoint, or the caller fixes the
+/// directory (docs/parameter_server.md, "Checkpoints").
+class MWMS_API CheckpointError : public Error {
+ public:
+  /// As Error's constructor, plus the file concerned.
+  CheckpointError(const std::string& message, std::string path, ErrorContext context = {});
+  /// The file concerned (may be a directory when none of its files is usable).
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
 /// A libmwms invariant broke (a bug in libmwms). Please report it with the message.
 class MWMS_API InternalError : public Error { using Error::Error; };
 

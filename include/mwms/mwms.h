@@ -12,6 +12,7 @@
 #include "mwms/options.h"
 #include "mwms/parameter_server.h"
 #include "mwms/ps_placement.h"
+#include "mwms/session.h"
 #include "mwms/strategy.h"
 #include "mwms/types.h"
 #include "mwms/version.h"

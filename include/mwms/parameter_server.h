@@ -44,6 +44,7 @@
 #include "mwms/optimizer.h"
 #include "mwms/options.h"
 #include "mwms/ps_placement.h"
+#include "mwms/session.h"
 
 namespace mwms {
 
@@ -140,10 +141,42 @@ class MWMS_API ParameterServerStrategy {
   /// the options) to every ps; every other worker waits until the chief did (at most the
   /// timeout), checking that it declared the same variables and options. Then every worker pulls
   /// the values. Returns the global step (0 for a fresh job).
+  ///
+  /// With a `checkpoint_dir` holding checkpoints (save_checkpoint), the chief restores the
+  /// newest usable one instead (TF: the chief's Saver.restore in MonitoredTrainingSession): it
+  /// verifies the manifest and every shard file (checksums, sizes, and that they hold exactly
+  /// the shards and optimizer slots this job places on each ps), falls back to an older
+  /// checkpoint with a warning when the newest is unusable, then every ps reads its own shard
+  /// file: values, optimizer slots and global step continue where the checkpoint left them.
+  /// Other workers pass nothing: they wait as for a fresh start. An empty or absent directory,
+  /// or one without checkpoints, is a fresh start.
   /// @throws CollectiveMismatchError (a worker's variables or options differ from the chief's,
   ///   naming the first difference), PeerError/TimeoutError (a ps or the chief failed, naming
-  ///   it), InvalidUsage (on a ps, twice).
-  std::int64_t initialize();
+  ///   it), CheckpointError (the chief: the directory holds checkpoints and none is usable, each
+  ///   one's reason in the message; or a ps could not read its file, naming the ps),
+  ///   InvalidUsage (on a ps, twice).
+  std::int64_t initialize(const std::string& checkpoint_dir = {});
+
+  /// The manifest initialize() restored (`<dir>/model.ckpt-<step>.manifest`), empty after a
+  /// fresh start and on workers other than the chief.
+  const std::string& restored_from() const noexcept;
+
+  /// Chief only: a checkpoint of every variable and its optimizer slots at the global step of
+  /// the last reply (TF: Saver(sharded=True).save by the chief's CheckpointSaverHook). Every ps
+  /// writes the shards it holds to `<dir>/model.ckpt-<step>.ps-<i>-of-<n>` (atomically: a
+  /// temporary file, fsync, rename), then the chief writes `<dir>/model.ckpt-<step>.manifest`
+  /// naming each file's size and CRC32; a checkpoint exists once its manifest does. Keeps the
+  /// `max_to_keep` newest checkpoints (TF's Saver default: 5) and removes older ones. Every ps
+  /// writes into its own view of `dir`: across hosts it must be a shared directory, as for TF.
+  /// Blocking: other workers keep training meanwhile (asynchronous mode; in synchronous mode the
+  /// step waits for the chief's gradient). In asynchronous mode each ps's shards are as they
+  /// were when it wrote them (TF's behaviour too); in synchronous mode with every replica
+  /// aggregated they are all of the same global step. Returns the manifest's path.
+  /// @throws CheckpointError (a ps or the chief could not write, naming it and the system error:
+  ///   nothing else is affected and training may go on), InvalidArgument (an empty directory or
+  ///   one longer than 4096 bytes, max_to_keep < 1), InvalidUsage (not the chief, before
+  ///   initialize() or after finalize()), PeerError/TimeoutError as apply_gradients().
+  std::string save_checkpoint(const std::string& dir, int max_to_keep = 5);
 
   /// Pushes every variable's gradient to its ps and pulls the variables' new values into the
   /// `value` buffers (one message per ps per direction for the small shards, the large shards
@@ -181,6 +214,59 @@ class MWMS_API ParameterServerStrategy {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/// The newest checkpoint of `checkpoint_dir` that ParameterServerStrategy::save_checkpoint()
+/// wrote: the path of its manifest (`<dir>/model.ckpt-<step>.manifest`, the largest step; not
+/// verified), empty when the directory holds none or does not exist (TF:
+/// tf.train.latest_checkpoint). @throws CheckpointError when the directory exists but cannot be
+/// read.
+MWMS_API std::string latest_checkpoint(const std::string& checkpoint_dir);
+
+/// The SessionCreator of a parameter-server job (mwms/session.h): owns this task's
+/// ParameterServerStrategy, connects it lazily (create_session() on workers, join() on ps tasks),
+/// declares the caller's variables through `declare_variables` and initialises or restores them,
+/// and after a failure connects the whole job again (Note [session recovery] in
+/// src/strategy/session.cc). TF: ChiefSessionCreator / WorkerSessionCreator with the
+/// replica_device_setter's variables on the ps. Thread safety: one thread at a time.
+class MWMS_API ParameterServerSessionCreator : public SessionCreator {
+ public:
+  /// Declares the variables on a freshly connected strategy (create_variable, every worker the
+  /// same in the same order, with buffers that stay valid across recoveries).
+  using DeclareVariables = std::function<void(ParameterServerStrategy& strategy)>;
+  /// Connects nothing yet. `max_to_keep`: checkpoints kept by save().
+  /// @throws InvalidArgument (no declare_variables on a worker, max_to_keep < 1).
+  ParameterServerSessionCreator(ResolvedCluster cluster, ParameterServerOptions options,
+                                DeclareVariables declare_variables, int max_to_keep = 5);
+  ~ParameterServerSessionCreator() override;
+
+  /// This task is a ps: call join(), not a session.
+  bool is_ps() const noexcept;
+  /// ps tasks: connects and serves until the chief ends the job (TF: server.join()). When the
+  /// job fails from elsewhere (the chief lost; a worker recovering abandons its links; every
+  /// worker lost) and recoveries are left, connects again and serves the recovered job (the
+  /// chief restores the variables): the ps half of Note [session recovery]. Returns the last
+  /// serving's stats, with lost_workers of every serving. @throws as
+  /// ParameterServerStrategy::join once max_recoveries are spent.
+  ParameterServerStats join(int max_recoveries = 0);
+  /// The strategy of the current session. @throws InvalidUsage before create_session().
+  ParameterServerStrategy& strategy();
+
+  std::int64_t create_session(const std::string& checkpoint_dir) override;
+  std::string save(const std::string& checkpoint_dir) override;
+  std::int64_t global_step() const override;
+  bool is_chief() const override;
+  bool job_ended() const override;
+  void close() override;
+  void abandon() noexcept override;
+
+ private:
+  ResolvedCluster cluster_;
+  ParameterServerOptions options_;
+  DeclareVariables declare_;
+  int max_to_keep_;
+  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::int64_t last_step_ = 0;
 };
 
 }  // namespace mwms

@@ -58,4 +58,8 @@ Error::Error(const std::string& message, ErrorContext context)
 BackendError::BackendError(const std::string& message, int native_code, ErrorContext context)
     : Error(message, std::move(context)), native_code_(native_code) {}
 
+CheckpointError::CheckpointError(const std::string& message, std::string path,
+                                 ErrorContext context)
+    : Error(message, std::move(context)), path_(std::move(path)) {}
+
 }  // namespace mwms

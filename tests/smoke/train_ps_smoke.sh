@@ -91,4 +91,61 @@ a=$(accuracy "$work/sync.json"); b=$(accuracy "$work/allreduce.json")
 awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
   { echo "FAIL: ps-sync accuracy $a differs from all-reduce's $b"; exit 1; }
 echo "ok ps-sync = all-reduce: test accuracy $a vs $b"
-echo "train ps smoke: TF1 flags (async), TF_CONFIG (sync), mwmsrun --ps passed"
+
+# 4. The session's checkpoints: the chief saves every 50 global steps and stops at step 100; the
+# same directory without --resume is refused (no silent restart, no silent overwrite); with
+# --resume every ps restores its shard file of step 100 and the job continues to step 150.
+ck="$work/ckpt"
+rm -rf "$ck"
+timeout 300 "$mwmsrun" -np 2 --ps 1 -- "$train" $common --sync_replicas --checkpoint_dir "$ck" \
+  --save_checkpoint_steps 50 --max_steps 100 > "$work/save.log" 2>&1 ||
+  { echo "FAIL checkpointing run"; tail -n 20 "$work/save.log"; exit 1; }
+for s in 0 50 100; do
+  [ -s "$ck/model.ckpt-$s.manifest" ] && [ -s "$ck/model.ckpt-$s.ps-0-of-1" ] ||
+    { echo "FAIL: no checkpoint of step $s"; ls -l "$ck"; exit 1; }
+done
+if timeout 300 "$mwmsrun" -np 2 --ps 1 -- "$train" $common --sync_replicas --checkpoint_dir "$ck" \
+     --max_steps 150 > "$work/noresume.log" 2>&1; then
+  echo "FAIL: a directory with checkpoints was used without --resume"; exit 1
+fi
+grep -q "pass --resume" "$work/noresume.log" ||
+  { echo "FAIL: the refusal does not say what to do"; tail -n 20 "$work/noresume.log"; exit 1; }
+timeout 300 "$mwmsrun" -np 2 --ps 1 -- "$train" $common --sync_replicas --checkpoint_dir "$ck" \
+  --resume --max_steps 150 --metrics_file "$work/resume.json" > "$work/resume.log" 2>&1 ||
+  { echo "FAIL resumed run"; tail -n 20 "$work/resume.log"; exit 1; }
+grep -q "restored .*model.ckpt-100.manifest (global step 100)" "$work/resume.log" ||
+  { echo "FAIL: the resumed run did not restore step 100"; tail -n 20 "$work/resume.log"; exit 1; }
+grep -q '"global_step": 150' "$work/resume.json" ||
+  { echo "FAIL: the resumed run did not end at step 150"; cat "$work/resume.json"; exit 1; }
+echo "ok checkpoints: saved at 0, 50, 100; refused without --resume; resumed 100 -> 150"
+
+# 5. A ps killed mid-training and started again (as a cluster manager restarts a task): with
+# --max_recoveries 1 the chief and the worker reconnect the job, the chief restores the newest
+# checkpoint, and the job finishes its steps.
+free_port; p0=$port; free_port; p1=$port; free_port; p2=$port
+cluster="{\"chief\":[\"localhost:$p0\"],\"worker\":[\"localhost:$p1\"],\"ps\":[\"localhost:$p2\"]}"
+ck="$work/ckpt_recovery"
+rm -rf "$ck"
+rec="--epochs 1 --max_steps 900 --sync_replicas --checkpoint_dir $ck --save_checkpoint_steps 50 \
+  --max_recoveries 1 --timeout_seconds 20"
+bash -c "$(tf chief 0) timeout 300 $train $rec --metrics_file $work/recovery.json" \
+  > "$work/recovery.0.log" 2>&1 & chief=$!
+bash -c "$(tf worker 0) timeout 300 $train $rec" > "$work/recovery.1.log" 2>&1 & worker=$!
+bash -c "$(tf ps 0) exec $train $rec" > "$work/recovery.2.log" 2>&1 & ps=$!
+for _ in $(seq 1 3000); do
+  [ -s "$ck/model.ckpt-100.manifest" ] && break
+  kill -0 "$ps" 2>/dev/null || break
+  sleep 0.02
+done
+kill -9 "$ps" 2>/dev/null || { echo "FAIL: the ps exited before it could be killed"; exit 1; }
+wait "$ps" 2>/dev/null || true
+bash -c "$(tf ps 0) timeout 300 $train $rec" > "$work/recovery.3.log" 2>&1 & ps=$!
+rc=0
+for p in "$chief" "$worker" "$ps"; do wait "$p" || rc=$?; done
+[ "$rc" = 0 ] || { echo "FAIL recovery: exit $rc"; tail -n 20 "$work"/recovery.*.log; exit 1; }
+grep -q "recovered (1 of 1)" "$work/recovery.0.log" ||
+  { echo "FAIL: the chief did not recover"; tail -n 20 "$work/recovery.0.log"; exit 1; }
+grep -q '"recoveries": 1' "$work/recovery.json" && grep -q '"global_step": 900' "$work/recovery.json" ||
+  { echo "FAIL: recovery metrics"; cat "$work/recovery.json"; exit 1; }
+check "$work/recovery.json" recovery ps-sync
+echo "train ps smoke: TF1 flags (async), TF_CONFIG (sync), mwmsrun --ps, checkpoints and resume, recovery passed"

@@ -9,13 +9,16 @@
 // get the deadlines, death notices and authentication that collectives have.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "collective/communicator_factory.h"
 #include "collective/engine/message_channel.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "mwms/parameter_server.h"
+#include "strategy/ps/ps_checkpoint.h"
 #include "strategy/ps/ps_protocol.h"
 #include "strategy/ps/ps_server.h"
 
@@ -66,10 +69,14 @@ struct PsLink {
   std::vector<float> pull_pack;
   std::uint64_t version = 0;
   // One request in flight.
-  enum class Phase { kIdle, kHeader, kReason, kSegments, kDone } phase = Phase::kIdle;
+  enum class Phase { kIdle, kHeader, kReason, kSegments, kSaved, kDone } phase = Phase::kIdle;
   PsKind expect = PsKind::kValues;
   std::size_t segment = 0;
   std::string reason;
+  bool refused = false;  // kRefused (fatal) rather than kFailed (that request only)
+  bool failed = false;   // the request got kFailed: `reason` says why
+  std::string saved;     // kSaved's payload
+  std::string request;   // a save or restore request's payload (kept while being sent)
   PsStatus status = PsStatus::kApplied;
 };
 
@@ -89,6 +96,7 @@ struct ParameterServerStrategy::Impl {
   bool finalized = false;
   bool stop = false;
   std::int64_t global_step = 0;
+  std::string restored_from;  // the manifest initialize() restored, empty for a fresh start
   ParameterServerStats stats;
 
   ErrorContext ctx(const char* op) const {
@@ -130,6 +138,7 @@ struct ParameterServerStrategy::Impl {
   }
   void expect(PsLink& l, PsKind kind) {
     l.phase = PsLink::Phase::kHeader;
+    l.failed = false;
     l.expect = kind;
     channel->start_recv(l.rank, nullptr, 0);
   }
@@ -165,11 +174,13 @@ struct ParameterServerStrategy::Impl {
     const ErrorContext pc = channel->with_peer(c, l.rank);
     switch (l.phase) {
       case PsLink::Phase::kHeader:
-        if (h.kind == static_cast<std::uint8_t>(PsKind::kRefused)) {
+        if (h.kind == static_cast<std::uint8_t>(PsKind::kRefused) ||
+            h.kind == static_cast<std::uint8_t>(PsKind::kFailed)) {
           if (h.count > strategy::ps::kMaxReasonBytes) {
             throw PeerError(l.name + " sent a refusal of " + std::to_string(h.count) + " bytes",
                             pc);
           }
+          l.refused = h.kind == static_cast<std::uint8_t>(PsKind::kRefused);
           l.reason.assign(static_cast<std::size_t>(h.count), '\0');
           l.phase = PsLink::Phase::kReason;
           channel->start_recv(l.rank, l.reason.data(), l.reason.size());
@@ -182,6 +193,16 @@ struct ParameterServerStrategy::Impl {
         l.version = h.seq;
         if (l.expect == PsKind::kReady) {
           l.phase = PsLink::Phase::kDone;
+          return;
+        }
+        if (l.expect == PsKind::kSaved) {
+          if (h.count != strategy::ps::kSavedBytes) {
+            throw PeerError(l.name + " sent a saved reply of " + std::to_string(h.count) +
+                            " bytes", pc);
+          }
+          l.saved.assign(strategy::ps::kSavedBytes, '\0');
+          l.phase = PsLink::Phase::kSaved;
+          channel->start_recv(l.rank, l.saved.data(), l.saved.size());
           return;
         }
         if (h.count > static_cast<std::uint64_t>(PsStatus::kEnded)) {
@@ -197,7 +218,15 @@ struct ParameterServerStrategy::Impl {
         expect_segment(l);
         return;
       case PsLink::Phase::kReason:
-        throw CollectiveMismatchError(l.name + " refused this worker: " + l.reason, pc);
+        if (l.refused) {
+          throw CollectiveMismatchError(l.name + " refused this worker: " + l.reason, pc);
+        }
+        l.failed = true;
+        l.phase = PsLink::Phase::kDone;
+        return;
+      case PsLink::Phase::kSaved:
+        l.phase = PsLink::Phase::kDone;
+        return;
       case PsLink::Phase::kSegments:
         strategy::ps::check_segment(h, l.layout, l.segment, l.version, pc);
         if (++l.segment < l.layout.segments.size()) {
@@ -258,6 +287,89 @@ struct ParameterServerStrategy::Impl {
       expect(l, reply);
     }
     run(op, why);
+  }
+
+  // "ps 0 at host:port: why; ps 1 ...": the requests that got kFailed.
+  std::string failures() const {
+    std::string text;
+    for (const PsLink& l : links) {
+      if (!l.failed) continue;
+      text += (text.empty() ? "" : "; ") + l.name + ": " + l.reason;
+    }
+    return text;
+  }
+
+  // Note [ps checkpoint files]: the newest checkpoint of `dir` whose manifest and every shard
+  // file verify and hold exactly the shards this job places on each ps; older ones are tried in
+  // turn (each skipped one logged). Returns its manifest and step; nullopt when `dir` holds no
+  // checkpoint. @throws CheckpointError when it holds some and none is usable.
+  std::optional<std::pair<std::uint64_t, strategy::ps::Manifest>> find_checkpoint(
+      const std::string& dir) const {
+    namespace sp = strategy::ps;
+    const std::vector<std::uint64_t> steps = sp::list_checkpoints(dir);
+    std::string skipped;
+    const auto n = static_cast<std::uint32_t>(links.size());
+    for (std::uint64_t step : steps) {
+      try {
+        sp::Manifest mf = sp::read_manifest(sp::manifest_path(dir, step));
+        if (mf.entries.size() != n) {
+          throw CheckpointError("written by a job of " + std::to_string(mf.entries.size()) +
+                                    " ps, this one has " + std::to_string(n),
+                                sp::manifest_path(dir, step));
+        }
+        for (std::uint32_t p = 0; p < n; ++p) {
+          const std::string path = sp::shard_file_path(dir, step, p, n);
+          const sp::ShardFile f = sp::read_shard_file(path, &mf.entries[p]);
+          const JobDescription& d = links[p].description;
+          if (f.shards != d.shards || f.optimizer != d.optimizer) {
+            throw CheckpointError(path + ": written for other variables or another optimizer "
+                                  "than this job declares", path);
+          }
+        }
+        if (!skipped.empty()) {
+          MWMS_LOG_WARN(kStrat, "restoring the checkpoint of step " << step << " in " << dir
+                                << "; newer ones are unusable: " << skipped);
+        }
+        return std::make_pair(step, std::move(mf));
+      } catch (const CheckpointError& e) {
+        skipped += (skipped.empty() ? "" : "; ") + ("step " + std::to_string(step) + ": ") +
+                   e.message();
+      }
+    }
+    if (steps.empty()) return std::nullopt;
+    throw CheckpointError("no usable checkpoint in " + dir + " (" + skipped + ")", dir);
+  }
+
+  // The chief: every ps restores its shard file of the newest usable checkpoint of `dir`.
+  // Returns false when `dir` holds none (a fresh start).
+  bool restore(const std::string& dir) {
+    auto found = find_checkpoint(dir);
+    if (!found) return false;
+    const auto& [step, mf] = *found;
+    for (std::size_t p = 0; p < links.size(); ++p) {
+      PsLink& l = links[p];
+      strategy::ps::RestoreRequest q;
+      q.description = l.blob;
+      q.expected = {mf.entries[p].version, mf.entries[p].file_bytes, mf.entries[p].file_crc32};
+      q.directory = dir;
+      l.request = strategy::ps::encode_restore(q);
+      channel->queue_send(l.rank, strategy::ps::envelope(PsKind::kRestore, step, l.request.size()),
+                          nullptr, 0);
+      channel->queue_send(l.rank, strategy::ps::envelope(PsKind::kData, step, l.request.size()),
+                          l.request.data(), l.request.size());
+      expect(l, PsKind::kReady);
+    }
+    run("ps restore", "the ps reads its shard file");
+    if (const std::string why = failures(); !why.empty()) {
+      throw CheckpointError("restoring the checkpoint of step " + std::to_string(step) + " in " +
+                                dir + " failed: " + why,
+                            strategy::ps::manifest_path(dir, step));
+    }
+    restored_from = strategy::ps::manifest_path(dir, step);
+    MWMS_LOG_INFO(kStrat, "restored " << restored_from << " (global step " << links[0].version
+                                      << ")");
+    initialized = true;
+    return true;
   }
 
   void finish_values() {
@@ -385,7 +497,7 @@ int ParameterServerStrategy::create_variable(
   return static_cast<int>(m.variables.size()) - 1;
 }
 
-std::int64_t ParameterServerStrategy::initialize() {
+std::int64_t ParameterServerStrategy::initialize(const std::string& checkpoint_dir) {
   Impl& m = *impl_;
   if (m.ps) throw InvalidUsage("initialize on " + m.cluster.task_name() + ", a ps task");
   if (m.initialized) throw InvalidUsage("initialize() called twice");
@@ -434,6 +546,7 @@ std::int64_t ParameterServerStrategy::initialize() {
     l.blob = strategy::ps::encode(l.description);
   }
   const bool chief = m.cluster.is_chief;
+  if (chief && !checkpoint_dir.empty() && m.restore(checkpoint_dir)) return pull();
   if (chief) {
     for (Variable& v : m.variables) {
       if (v.initializer) v.initializer(v.value, v.count);
@@ -482,6 +595,51 @@ std::int64_t ParameterServerStrategy::apply_gradients() {
   }
   m.finish_values();
   return m.global_step;
+}
+
+const std::string& ParameterServerStrategy::restored_from() const noexcept {
+  return impl_->restored_from;
+}
+
+std::string ParameterServerStrategy::save_checkpoint(const std::string& dir, int max_to_keep) {
+  namespace sp = strategy::ps;
+  Impl& m = *impl_;
+  if (m.ps || !m.cluster.is_chief) {
+    throw InvalidUsage("save_checkpoint on " + m.cluster.task_name() + ": only the chief saves");
+  }
+  if (!m.initialized || m.finalized) {
+    throw InvalidUsage("save_checkpoint() before initialize() or after finalize()");
+  }
+  if (dir.empty() || dir.size() > sp::kMaxDirectoryBytes) {
+    throw InvalidArgument("save_checkpoint: the directory must be 1 to " +
+                          std::to_string(sp::kMaxDirectoryBytes) + " bytes long");
+  }
+  if (max_to_keep < 1) throw InvalidArgument("save_checkpoint: max_to_keep must be >= 1");
+  const auto step = static_cast<std::uint64_t>(m.global_step);
+  for (PsLink& l : m.links) {
+    l.request = dir;
+    m.channel->queue_send(l.rank, sp::envelope(PsKind::kSave, step, l.request.size()), nullptr,
+                          0);
+    m.channel->queue_send(l.rank, sp::envelope(PsKind::kData, step, l.request.size()),
+                          l.request.data(), l.request.size());
+    m.expect(l, PsKind::kSaved);
+  }
+  m.run("ps save", "the ps writes its shard file");
+  if (const std::string why = m.failures(); !why.empty()) {
+    throw CheckpointError("the checkpoint of step " + std::to_string(step) + " in " + dir +
+                              " was not written: " + why,
+                          sp::manifest_path(dir, step));
+  }
+  sp::Manifest mf;
+  mf.checkpoint_step = step;
+  for (PsLink& l : m.links) {
+    const sp::ShardFileStamp st =
+        sp::decode_saved(l.saved.data(), l.saved.size(), m.channel->with_peer(m.ctx("ps save"), l.rank));
+    mf.entries.push_back({st.version, st.file_bytes, st.file_crc32});
+  }
+  sp::write_manifest(dir, mf);
+  sp::remove_old_checkpoints(dir, static_cast<std::size_t>(max_to_keep));
+  return sp::manifest_path(dir, step);
 }
 
 ParameterServerStats ParameterServerStrategy::join() {

@@ -88,13 +88,75 @@ const char* kind_name(PsKind kind) noexcept {
     case PsKind::kData: return "data";
     case PsKind::kBye: return "goodbye";
     case PsKind::kRefused: return "refused";
+    case PsKind::kSave: return "save";
+    case PsKind::kSaved: return "saved";
+    case PsKind::kRestore: return "restore";
+    case PsKind::kFailed: return "failed";
   }
   return "?";
 }
 
 bool is_ps_kind(std::uint8_t kind) noexcept {
   return kind >= static_cast<std::uint8_t>(PsKind::kInit) &&
-         kind <= static_cast<std::uint8_t>(PsKind::kRefused);
+         kind <= static_cast<std::uint8_t>(PsKind::kFailed);
+}
+
+std::string encode_saved(const ShardFileStamp& stamp) {
+  Writer w;
+  w.put(stamp.version);
+  w.put(stamp.file_bytes);
+  w.put(stamp.file_crc32);
+  return w.take();
+}
+
+ShardFileStamp decode_saved(const char* data, std::size_t bytes, const ErrorContext& ctx) {
+  if (bytes != kSavedBytes) {
+    throw PeerError("a saved reply of " + std::to_string(bytes) + " bytes (" +
+                    std::to_string(kSavedBytes) + " expected)", ctx);
+  }
+  Reader r(data, bytes, ctx);
+  ShardFileStamp s;
+  s.version = r.get<std::uint64_t>("version");
+  s.file_bytes = r.get<std::uint64_t>("file bytes");
+  s.file_crc32 = r.get<std::uint32_t>("file crc32");
+  return s;
+}
+
+std::string encode_restore(const RestoreRequest& q) {
+  Writer w;
+  w.put(static_cast<std::uint32_t>(q.description.size()));
+  std::string out = w.take();
+  out += q.description;
+  out += encode_saved(q.expected);
+  Writer d;
+  d.put(static_cast<std::uint16_t>(q.directory.size()));
+  out += d.take();
+  out += q.directory;
+  return out;
+}
+
+RestoreRequest decode_restore(const char* data, std::size_t bytes, const ErrorContext& ctx) {
+  Reader r(data, bytes, ctx);
+  RestoreRequest q;
+  const std::uint32_t n = r.get<std::uint32_t>("description bytes");
+  if (n > kMaxDescriptionBytes || n > r.left()) {
+    r.bad("a restore request's description of " + std::to_string(n) + " bytes (" +
+          std::to_string(r.left()) + " left)");
+  }
+  const char* p = data + sizeof(std::uint32_t);
+  q.description.assign(p, n);
+  if (r.left() - n < kSavedBytes + sizeof(std::uint16_t)) {
+    r.bad("a restore request truncated after its description");
+  }
+  q.expected = decode_saved(p + n, kSavedBytes, ctx);
+  Reader tail(p + n + kSavedBytes, r.left() - n - kSavedBytes, ctx);
+  const std::uint16_t dir = tail.get<std::uint16_t>("directory bytes");
+  if (dir > kMaxDirectoryBytes || dir != tail.left()) {
+    tail.bad("a restore request's directory of " + std::to_string(dir) + " bytes (" +
+             std::to_string(tail.left()) + " left)");
+  }
+  q.directory.assign(p + n + kSavedBytes + sizeof(std::uint16_t), dir);
+  return q;
 }
 
 std::string encode(const JobDescription& d) {

@@ -13,6 +13,15 @@
 //   kValues   ps -> worker  kValues(seq = version, count = PsStatus) + values (segments)
 //   kReady    ps -> worker  kReady(seq = version)
 //   kRefused  ps -> worker  kRefused(count = n) + reason text(n)
+//   save      chief -> ps   kSave(seq = checkpoint step, count = n) + directory(n)
+//                                                                -> kSaved or kFailed
+//   restore   chief -> ps   kRestore(seq = checkpoint step, count = n) + restore request(n)
+//                           (encode_restore: description, the manifest's entry, directory)
+//                                                                -> kReady or kFailed
+//   kSaved    ps -> chief   kSaved(seq = version, count = kSavedBytes) + encode_saved(...)
+//   kFailed   ps -> chief   kFailed(count = n) + reason text(n): that request failed (a file
+//                           could not be written or read), nothing else did
+// Note [ps checkpoint files] in ps_checkpoint.h says what save and restore write and read.
 // Note [ps segments]: the shards one ps holds travel as segments, in an order both sides compute
 // from the description alone (ps_layout): first one pack of every small shard (below
 // kSmallShardBytes), back to back, then each large shard alone. The worker copies small shards
@@ -43,6 +52,10 @@ enum class PsKind : std::uint8_t {
   kData = 0x46,
   kBye = 0x47,
   kRefused = 0x48,
+  kSave = 0x49,
+  kSaved = 0x4A,
+  kRestore = 0x4B,
+  kFailed = 0x4C,
 };
 const char* kind_name(PsKind kind) noexcept;
 bool is_ps_kind(std::uint8_t kind) noexcept;
@@ -55,6 +68,9 @@ inline constexpr std::size_t kMaxDescriptionBytes = std::size_t{16} << 20;
 inline constexpr std::size_t kMaxReasonBytes = 4096;
 inline constexpr std::uint32_t kDescriptionMagic = 0x53504D4D;  // "MMPS"
 inline constexpr std::uint16_t kDescriptionVersion = 1;
+inline constexpr std::size_t kMaxDirectoryBytes = 4096;
+inline constexpr std::size_t kSavedBytes = 20;
+inline constexpr std::size_t kMaxRestoreBytes = kMaxDescriptionBytes + kMaxDirectoryBytes + 64;
 
 /// One shard as the ps needs to know it.
 struct ShardDescription {
@@ -96,6 +112,27 @@ JobDescription decode(const char* data, std::size_t bytes, const ErrorContext& c
 /// The first field in which `worker` differs from `chief` ("optimizer: adam vs sgd",
 /// "shard 3 name: a vs b"), empty when they agree.
 std::string first_difference(const JobDescription& chief, const JobDescription& worker);
+
+/// What a ps reports of the shard file it wrote (kSaved), and what the chief's restore request
+/// expects of it (the manifest's entry).
+struct ShardFileStamp {
+  std::uint64_t version = 0;
+  std::uint64_t file_bytes = 0;
+  std::uint32_t file_crc32 = 0;
+};
+std::string encode_saved(const ShardFileStamp& stamp);  // kSavedBytes
+/// @throws PeerError naming ctx's peer unless `bytes` == kSavedBytes.
+ShardFileStamp decode_saved(const char* data, std::size_t bytes, const ErrorContext& ctx);
+
+struct RestoreRequest {
+  std::string description;  // encode(JobDescription)
+  ShardFileStamp expected;  // the manifest's entry for this ps
+  std::string directory;    // at most kMaxDirectoryBytes
+};
+std::string encode_restore(const RestoreRequest& r);
+/// Bounded total decoder of encode_restore's output (the description is not decoded here).
+/// @throws PeerError naming ctx's peer.
+RestoreRequest decode_restore(const char* data, std::size_t bytes, const ErrorContext& ctx);
 
 /// Note [ps segments]: where each shard of one ps lives in the ps's flat buffer and in which
 /// segment it travels.

@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "mwms/optimizer.h"
+#include "strategy/ps/ps_checkpoint.h"
 
 namespace mwms::strategy::ps {
 
@@ -31,7 +32,9 @@ struct Worker {
   bool join_waits = false;    // joined before the chief's init: answered after it
   bool bye = false;
   bool lost = false;
-  std::string refusal;        // kRefused text (kept while being sent)
+  std::string refusal;        // kRefused / kFailed text (kept while being sent)
+  std::uint64_t step = 0;     // save / restore: the checkpoint step
+  std::string saved;          // kSaved payload (kept while being sent)
 };
 
 }  // namespace
@@ -52,7 +55,6 @@ struct PsServer::State {
   int accumulated = 0;
   std::uint64_t version = 0;    // updates applied (the global step on ps 0)
   ParameterServerStats stats;
-  std::string init_blob;
 
   State(MessageChannel& c, ServerConfig config) : ch(c), cfg(std::move(config)) {}
 
@@ -105,6 +107,18 @@ struct PsServer::State {
                   w.refusal.data(), w.refusal.size());
     w.phase = Phase::kGone;
   }
+  // A save or restore that failed (a file): the chief hears why; nothing else changes.
+  void fail_request(Worker& w, std::string reason) {
+    MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": " << kind_name(w.request) << " for "
+                                << w.name << " failed: " << reason);
+    w.refusal = std::move(reason);
+    if (w.refusal.size() > kMaxReasonBytes) w.refusal.resize(kMaxReasonBytes);
+    ch.queue_send(w.rank, envelope(PsKind::kFailed, version, w.refusal.size(), cfg.ps_index),
+                  nullptr, 0);
+    ch.queue_send(w.rank, envelope(PsKind::kData, version, w.refusal.size(), cfg.ps_index),
+                  w.refusal.data(), w.refusal.size());
+    expect_request(w);
+  }
 
   // Note [ps serving]: a reply in flight reads `values`; no update may overlap it.
   void drain_sends() {
@@ -135,7 +149,11 @@ struct PsServer::State {
     stats.global_step = static_cast<std::int64_t>(version);
   }
 
+  void setup(JobDescription d, Worker& w, const char* op);
   void on_init_description(Worker& w);
+  void on_restore(Worker& w);
+  void on_save(Worker& w);
+  void answer_waiting_joins();
   void on_join_description(Worker& w);
   void on_push(Worker& w);
   void on_request(Worker& w);
@@ -150,9 +168,9 @@ PsServer::PsServer(MessageChannel& channel, ServerConfig config)
     : st_(std::make_unique<State>(channel, std::move(config))) {}
 PsServer::~PsServer() = default;
 
-void PsServer::State::on_init_description(Worker& w) {
-  job = decode(w.blob.data(), w.blob.size(), peer_ctx(w, "ps init"));
-  init_blob = std::move(w.blob);
+// The chief's description becomes this ps's job: optimizer, layout, buffers.
+void PsServer::State::setup(JobDescription d, Worker& w, const char* op) {
+  job = std::move(d);
   optimizer.kind = static_cast<OptimizerKind>(job.optimizer);
   optimizer.learning_rate = job.learning_rate;
   optimizer.momentum = job.momentum;
@@ -163,7 +181,7 @@ void PsServer::State::on_init_description(Worker& w) {
   try {
     validate(optimizer);
   } catch (const InvalidArgument& e) {
-    throw PeerError("the chief's optimizer is invalid: " + e.message(), peer_ctx(w, "ps init"));
+    throw PeerError("the chief's optimizer is invalid: " + e.message(), peer_ctx(w, op));
   }
   layout = ps_layout(job.shards);
   values.assign(layout.total, 0.0f);
@@ -175,6 +193,10 @@ void PsServer::State::on_init_description(Worker& w) {
   MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << job.shards.size() << " shards, "
                               << layout.total << " elements, " << layout.segments.size()
                               << " segments, " << (job.sync_replicas ? "sync" : "async"));
+}
+
+void PsServer::State::on_init_description(Worker& w) {
+  setup(decode(w.blob.data(), w.blob.size(), peer_ctx(w, "ps init")), w, "ps init");
   w.segment = 0;
   if (layout.segments.empty()) {
     initialized = true;
@@ -184,6 +206,88 @@ void PsServer::State::on_init_description(Worker& w) {
   }
   w.phase = Phase::kInitValues;
   expect_segment(w, values.data());
+}
+
+void PsServer::State::answer_waiting_joins() {
+  for (Worker& x : workers) {
+    if (!x.join_waits || x.lost) continue;
+    x.join_waits = false;
+    on_join_description(x);
+  }
+}
+
+// Note [ps checkpoint files]: the chief verified the manifest and every shard file before asking;
+// this ps reads its own file again (it may be on another host's view of a shared directory) and
+// takes nothing that does not match the chief's description exactly.
+void PsServer::State::on_restore(Worker& w) {
+  const ErrorContext c = peer_ctx(w, "ps restore");
+  RestoreRequest q = decode_restore(w.blob.data(), w.blob.size(), c);
+  setup(decode(q.description.data(), q.description.size(), c), w, "ps restore");
+  const std::string path =
+      shard_file_path(q.directory, w.step, static_cast<std::uint32_t>(cfg.ps_index),
+                      static_cast<std::uint32_t>(job.num_ps));
+  try {
+    ManifestEntry want;
+    want.version = q.expected.version;
+    want.file_bytes = q.expected.file_bytes;
+    want.file_crc32 = q.expected.file_crc32;
+    ShardFile f = read_shard_file(path, &want);
+    std::string why;
+    if (f.ps_index != static_cast<std::uint32_t>(cfg.ps_index) ||
+        f.num_ps != static_cast<std::uint32_t>(job.num_ps)) {
+      why = "it is ps " + std::to_string(f.ps_index) + " of " + std::to_string(f.num_ps) +
+            "'s file, this is ps " + std::to_string(cfg.ps_index) + " of " +
+            std::to_string(job.num_ps);
+    } else if (f.optimizer != job.optimizer) {
+      why = "it holds " + std::string(to_string(static_cast<OptimizerKind>(f.optimizer))) +
+            " slots, the job runs " + std::string(to_string(optimizer.kind));
+    } else if (f.shards != job.shards) {
+      why = "its shards differ from the variables the chief declared";
+    } else if (f.values.size() != values.size() || f.slots.size() != slots.size()) {
+      why = "its sizes differ from the layout";
+    }
+    if (!why.empty()) throw CheckpointError("checkpoint " + path + ": " + why, path);
+    values = std::move(f.values);
+    for (std::size_t k = 0; k < slots.size(); ++k) slots[k] = std::move(f.slots[k]);
+    version = f.version;
+    stats.global_step = static_cast<std::int64_t>(version);
+  } catch (const CheckpointError& e) {
+    job = JobDescription{};
+    fail_request(w, e.message());
+    return;
+  }
+  MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": restored " << path << " (global step "
+                              << version << ")");
+  initialized = true;
+  send_ready(w);
+  expect_request(w);
+  answer_waiting_joins();
+}
+
+void PsServer::State::on_save(Worker& w) {
+  ShardFileView v;
+  v.ps_index = static_cast<std::uint32_t>(cfg.ps_index);
+  v.num_ps = static_cast<std::uint32_t>(job.num_ps);
+  v.checkpoint_step = w.step;
+  v.version = version;
+  v.optimizer = job.optimizer;
+  v.shards = &job.shards;
+  v.values = values.data();
+  for (const std::vector<float>& slot : slots) v.slots.push_back(slot.data());
+  v.total = layout.total;
+  ManifestEntry e;
+  try {
+    e = write_shard_file(w.blob, v);
+  } catch (const CheckpointError& x) {
+    fail_request(w, x.message());
+    return;
+  }
+  w.saved = encode_saved(ShardFileStamp{e.version, e.file_bytes, e.file_crc32});
+  ch.queue_send(w.rank, envelope(PsKind::kSaved, version, w.saved.size(), cfg.ps_index), nullptr,
+                0);
+  ch.queue_send(w.rank, envelope(PsKind::kData, version, w.saved.size(), cfg.ps_index),
+                w.saved.data(), w.saved.size());
+  expect_request(w);
 }
 
 void PsServer::State::on_join_description(Worker& w) {
@@ -224,6 +328,31 @@ void PsServer::State::on_request(Worker& w) {
       w.phase = Phase::kDescription;
       ch.start_recv(w.rank, w.blob.data(), w.blob.size());
       return;
+    case PsKind::kSave:
+    case PsKind::kRestore: {
+      const bool save = w.request == PsKind::kSave;
+      const std::size_t bound = save ? kMaxDirectoryBytes : kMaxRestoreBytes;
+      if (h.count > bound) {
+        throw PeerError(std::string("a ") + kind_name(w.request) + " request of " +
+                        std::to_string(h.count) + " bytes (at most " + std::to_string(bound) +
+                        ")", c);
+      }
+      if (w.rank != cfg.chief) {
+        refuse(w, std::string("only the chief may ") + kind_name(w.request) + " a checkpoint");
+        return;
+      }
+      if (save != initialized) {
+        refuse(w, save ? "save before the variables were initialized"
+                       : "restore after the variables were initialized (restore only starts a "
+                         "job)");
+        return;
+      }
+      w.step = h.seq;
+      w.blob.assign(static_cast<std::size_t>(h.count), '\0');
+      w.phase = Phase::kDescription;
+      ch.start_recv(w.rank, w.blob.data(), w.blob.size());
+      return;
+    }
     case PsKind::kPush:
     case PsKind::kPull:
       if (!initialized || !w.joined) {
@@ -345,6 +474,14 @@ void PsServer::State::on_message(Worker& w) {
         on_init_description(w);
         return;
       }
+      if (w.request == PsKind::kRestore) {
+        on_restore(w);
+        return;
+      }
+      if (w.request == PsKind::kSave) {
+        on_save(w);
+        return;
+      }
       if (!initialized) {
         w.join_waits = true;  // answered once the chief initialized
         w.phase = Phase::kHeld;
@@ -368,11 +505,7 @@ void PsServer::State::on_message(Worker& w) {
       initialized = true;
       send_ready(w);
       expect_request(w);
-      for (Worker& x : workers) {
-        if (!x.join_waits || x.lost) continue;
-        x.join_waits = false;
-        on_join_description(x);
-      }
+      answer_waiting_joins();
       return;
     }
     case Phase::kHeld:
