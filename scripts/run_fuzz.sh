@@ -5,6 +5,8 @@
 # report and the input in build-fuzz/findings/<target>/: add that file to the corpus, fix the
 # bug, and the ordinary build replays it from then on (unit:fuzz-corpus:<target>).
 #
+# Targets run nproc at a time: each fuzzer is one process, so with a core each every target still
+# gets its SECONDS of a core, in a fraction of the wall time.
 # Usage: scripts/run_fuzz.sh [SECONDS_PER_TARGET (default 30)] [TARGET...]
 # Skips (exit 0, with a message) when clang++ or libFuzzer is missing; CI runs it when clang is
 # there (.ci/run).
@@ -29,20 +31,29 @@ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=cl
   { cat build-fuzz/configure.log; exit 1; }
 cmake --build build-fuzz -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") > build-fuzz/build.log 2>&1 ||
   { tail -30 build-fuzz/build.log; exit 1; }
+jobs=$(nproc)
 status=0
-for t in "${targets[@]}"; do
-  work=build-fuzz/corpus/$t findings=build-fuzz/findings/$t
-  rm -rf "$work" && mkdir -p "$work" "$findings"
-  cp tests/fuzz/corpus/"$t"/* "$work"/
-  echo "run_fuzz.sh: $t for $seconds s"
-  if ! build-fuzz/bin/fuzz_"$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+for ((i = 0; i < ${#targets[@]}; i += jobs)); do
+  batch=("${targets[@]:i:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    work=build-fuzz/corpus/$t findings=build-fuzz/findings/$t
+    rm -rf "$work" && mkdir -p "$work" "$findings"
+    cp tests/fuzz/corpus/"$t"/* "$work"/
+    echo "run_fuzz.sh: $t for $seconds s"
+    build-fuzz/bin/fuzz_"$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 "$work" \
-      > build-fuzz/"$t".log 2>&1; then
-    echo "run_fuzz.sh: FINDING in $t (input in $findings/):"; tail -40 build-fuzz/"$t".log
-    status=1
-  else
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" build-fuzz/"$t".log | tr '\n' ' '
-    echo
-  fi
+      > build-fuzz/"$t".log 2>&1 &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    t=${batch[$k]}
+    if ! wait "${pids[$k]}"; then
+      echo "run_fuzz.sh: FINDING in $t (input in build-fuzz/findings/$t/):"; tail -40 build-fuzz/"$t".log
+      status=1
+    else
+      echo "run_fuzz.sh: $t: $(grep -E "stat::number_of_executed_units|stat::peak_rss_mb" build-fuzz/"$t".log | tr '\n' ' ')"
+    fi
+  done
 done
 exit $status

@@ -295,11 +295,11 @@ void check_view(const std::string& path, const ShardFileView& v) {
   }
   std::uint64_t total = 0;
   for (const ShardDescription& s : *v.shards) {
-    if (s.name.size() > kMaxNameBytes)
-      refuse("shard name " + s.name.substr(0, 64) + "... too long");
+    if (s.name.size() > kMaxNameBytes) refuse("a shard name is too long: " + s.name.substr(0, 64));
     if (s.count > UINT64_MAX - total) refuse("shard counts overflow");
     total += s.count;
   }
+  if (total > SIZE_MAX / sizeof(float) / (1 + v.slots.size())) refuse("more floats than memory");
   if (total != v.total) {
     refuse("the shards hold " + std::to_string(total) + " elements, total is " +
            std::to_string(v.total));
