@@ -62,7 +62,7 @@ void send(int fd, const FrameHeader& h) {
 
 }  // namespace
 
-TEST_CASE("a finalized notice is recorded; a close after it is an orderly one",
+TEST_CASE("a finalized notice is recorded, and a close after it is an orderly one",
           "[unit][collective]") {
   Pair p = make_pair();
   mwms::ErrorContext ctx;

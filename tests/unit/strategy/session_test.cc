@@ -162,7 +162,7 @@ TEST_CASE("NanTensorHook fails on a NaN or infinite loss, or stops", "[unit][ses
   CHECK(t.should_stop());
 }
 
-TEST_CASE("a PeerError or TimeoutError recovers up to max_recoveries; other errors end the run",
+TEST_CASE("a PeerError or TimeoutError recovers up to max_recoveries, other errors end the run",
           "[unit][session]") {
   FakeCreator c;
   c.restore_step = 4;
@@ -209,7 +209,7 @@ TEST_CASE("a PeerError or TimeoutError recovers up to max_recoveries; other erro
   CHECK_THROWS_AS(mwms::MonitoredTrainingSession(m, bad), mwms::InvalidArgument);
 }
 
-TEST_CASE("the job ending elsewhere stops the session; LoggingHook reports every N steps",
+TEST_CASE("the job ending elsewhere stops the session, and LoggingHook reports every N steps",
           "[unit][session]") {
   FakeCreator c;
   std::vector<std::string> lines;
