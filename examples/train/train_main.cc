@@ -457,7 +457,11 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
                 stats.steps, static_cast<long long>(session.global_step()));
     std::fflush(stdout);
   };
-  while (session.global_step() < last_step && !session.should_stop()) {
+  // Every worker trains its own --epochs of its input (Note [ps input position]); the
+  // StopAtStepHook ends the run earlier at --max_steps. In asynchronous mode the global step
+  // counts every worker's pushes, so it is no bound on one worker's share of the epochs.
+  while (session.global_step() < last_step && trainer.epoch() < f.train.epochs &&
+         !session.should_stop()) {
     const mwms::SessionRunValues v =
         session.run([&](std::int64_t) { return trainer.step(creator.strategy()); });
     if (v.recovered) {

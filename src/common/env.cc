@@ -37,7 +37,8 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
        "Default gradient bucket size of the strategy, in bytes."},
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",
-       "How long a wait polls without blocking before sleeping in poll(2) or on a futex."},
+       "How long a wait polls without blocking before sleeping in poll(2) or on a futex; "
+       "unset, a parameter-server job polls 1000."},
       {"MWMS_TRANSPORT", EnvType::kEnum, "auto", "auto|tcp|shm|mpi",
        "Transport of the engine's links: auto (shared memory on one host, TCP across hosts), "
        "tcp, shm or mpi (under mpirun). Must be the same on every rank."},
