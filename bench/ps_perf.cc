@@ -95,7 +95,8 @@ Row run_size(const mwms::ResolvedCluster& cluster, const Flags& f,
   row.vars = shapes.size();
   s.initialize();
   std::vector<double> times;
-  for (int i = 0; i < f.warmup + f.iters; ++i) {
+  // Asynchronous: a worker slower than the chief is stopped when the chief ends the job.
+  for (int i = 0; i < f.warmup + f.iters && !s.should_stop(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     s.apply_gradients();
     const double us =
