@@ -64,7 +64,8 @@ struct Flags {
 /// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
 int parse_flags(int argc, char** argv, Flags& f) {
   CLI::App app{"Data-parallel MLP or CNN training on Fashion-MNIST with libmwms "
-               "(MultiWorkerMirroredStrategy)"};
+               "(MultiWorkerMirroredStrategy, or parameter servers when the cluster has a ps "
+               "job)"};
   // Every option shows its default in --help (capture_default_str); those whose default is
   // "unset" say so in their description instead, as CLI11 prints no empty default.
   app.add_option("--epochs", f.train.epochs, "Epochs to train (total, counting resumed ones)")
@@ -74,16 +75,18 @@ int parse_flags(int argc, char** argv, Flags& f) {
                  "GLOBAL batch size, split across workers")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
-  app.add_option("--lr", f.train.learning_rate, "Learning rate of SGD with momentum 0.9")
+  app.add_option("--lr", f.train.learning_rate, "Learning rate of the optimizer (--optimizer)")
       ->capture_default_str();
   app.add_option("--seed", f.train.seed, "Seed of the initial weights and of every shuffle")
       ->capture_default_str();
   app.add_option("--data_dir", f.data_dir, "Directory with the Fashion-MNIST IDX files (.gz)")
       ->capture_default_str();
   app.add_option("--checkpoint_dir", f.train.checkpoint_dir,
-                 "Leader writes <dir>/ckpt.bin after every epoch (default: none, no checkpoints)");
+                 "The chief checkpoints here: all-reduce mode <dir>/ckpt.bin every epoch, ps "
+                 "mode <dir>/model.ckpt-<step>.* (default: none, no checkpoints)");
   app.add_flag("--resume", f.train.resume,
-               "Continue from <checkpoint_dir>/ckpt.bin if present (default: off)");
+               "Continue from the newest checkpoint in --checkpoint_dir if present; ps mode "
+               "refuses a directory with checkpoints without it (default: off)");
   app.add_option("--metrics_file", f.metrics_file,
                  "Leader writes JSON metrics here (default: none, no file)");
   app.add_option("--max_steps_per_epoch", f.train.max_steps_per_epoch,
@@ -91,8 +94,8 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--job_name", f.job_name,
-                 "TF1-style job of this task (chief, worker, ...; default: none, TF_CONFIG or "
-                 "mpirun or one process)");
+                 "TF1-style job of this task (chief, worker, ps, evaluator; default: none, "
+                 "TF_CONFIG or mpirun or one process)");
   app.add_option("--task_index", f.task_index, "TF1-style index of this task in its job")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -129,7 +132,7 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
       ->capture_default_str();
   app.add_option("--timeout_seconds", f.timeout_seconds,
-                 "Deadline of every collective (<= 0: MWMS_TIMEOUT_SECONDS)")
+                 "Deadline of every collective or ps request (<= 0: MWMS_TIMEOUT_SECONDS)")
       ->capture_default_str();
   app.add_flag("--sync_replicas", f.sync_replicas,
                "Parameter-server mode: synchronous updates (SyncReplicasOptimizer); default: "
@@ -164,8 +167,8 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--save_checkpoint_secs", f.save_checkpoint_secs,
-                 "Parameter-server mode: the chief checkpoints every this many seconds instead "
-                 "(0: by steps)")
+                 "Parameter-server mode: the chief checkpoints every this many seconds (not with "
+                 "--save_checkpoint_steps; 0: by steps)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max_recoveries", f.max_recoveries,
@@ -174,12 +177,13 @@ int parse_flags(int argc, char** argv, Flags& f) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_option("--log_step_count_steps", f.log_step_count_steps,
-                 "The chief prints the global step, loss and steps/s every this many steps "
-                 "(0: per epoch only)")
+                 "The chief prints the global step, its loss and global steps/s every this many "
+                 "of its own steps (0: per epoch only)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max_steps", f.max_steps,
-                 "Stop at this global step (StopAtStepHook; 0: after --epochs epochs)")
+                 "Stop at this global step (StopAtStepHook), whatever --epochs says (0: after "
+                 "--epochs epochs)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   try {
@@ -238,6 +242,17 @@ int parse_flags(int argc, char** argv, Flags& f) {
   f.train.device = f.device;
   // The CNN's activations are ~60x the MLP's per image: evaluate in smaller chunks.
   if (f.train.model == "cnn") f.train.eval_chunk = 200;
+  if (f.save_checkpoint_steps > 0 && f.save_checkpoint_secs > 0) {
+    std::cerr << "train: error: give --save_checkpoint_steps or --save_checkpoint_secs, not both"
+              << std::endl;
+    return 1;
+  }
+  if ((f.save_checkpoint_steps > 0 || f.save_checkpoint_secs > 0) &&
+      f.train.checkpoint_dir.empty()) {
+    std::cerr << "train: error: --save_checkpoint_steps/--save_checkpoint_secs need "
+                 "--checkpoint_dir" << std::endl;
+    return 1;
+  }
   if (f.train.resume && f.train.checkpoint_dir.empty()) {
     std::cerr << "train: error: --resume needs --checkpoint_dir" << std::endl;
     return 1;
@@ -414,14 +429,24 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   const bool leader = cluster.is_chief;
   mwms::train::PsTrainer trainer(f.train, cluster.num_workers, cluster.task_id, f.sync_replicas,
                                  leader, train_set, test_set);
-  if (leader && !f.train.checkpoint_dir.empty() && !f.train.resume &&
-      !mwms::latest_checkpoint(f.train.checkpoint_dir).empty()) {
-    throw std::runtime_error("--checkpoint_dir " + f.train.checkpoint_dir + " holds checkpoints "
-                             "of an earlier run: pass --resume to continue from them, or give an "
-                             "empty directory");
+  if (leader && f.max_recoveries > 0 && f.train.checkpoint_dir.empty()) {
+    std::fprintf(stderr, "train: warning: --max_recoveries without --checkpoint_dir: a recovery "
+                         "starts again from the initial weights\n");
   }
+  // The chief refuses a directory with an earlier run's checkpoints once connected (the other
+  // tasks then fail at once naming it, rather than wait for it at the rendezvous).
+  bool first_session = true;
   mwms::ParameterServerSessionCreator creator(
-      cluster, options, [&](mwms::ParameterServerStrategy& s) { trainer.declare(s); });
+      cluster, options, [&](mwms::ParameterServerStrategy& s) {
+        if (leader && first_session && !f.train.checkpoint_dir.empty() && !f.train.resume &&
+            !mwms::latest_checkpoint(f.train.checkpoint_dir).empty()) {
+          throw std::runtime_error("--checkpoint_dir " + f.train.checkpoint_dir +
+                                   " holds checkpoints of an earlier run: pass --resume to "
+                                   "continue from them, or give an empty directory");
+        }
+        first_session = false;
+        trainer.declare(s);
+      });
   const std::int64_t per_epoch = trainer.last_step(1);
   const std::int64_t last_step =
       f.max_steps > 0 ? f.max_steps : trainer.last_step(f.train.epochs);
@@ -460,8 +485,8 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   // Every worker trains its own --epochs of its input (Note [ps input position]); the
   // StopAtStepHook ends the run earlier at --max_steps. In asynchronous mode the global step
   // counts every worker's pushes, so it is no bound on one worker's share of the epochs.
-  while (session.global_step() < last_step && trainer.epoch() < f.train.epochs &&
-         !session.should_stop()) {
+  while (session.global_step() < last_step &&
+         (f.max_steps > 0 || trainer.epoch() < f.train.epochs) && !session.should_stop()) {
     const mwms::SessionRunValues v =
         session.run([&](std::int64_t) { return trainer.step(creator.strategy()); });
     if (v.recovered) {
@@ -578,9 +603,10 @@ int run(const Flags& flags) {
     std::fflush(stdout);
   }
   if (f.max_recoveries > 0 || f.save_checkpoint_secs > 0) {
-    throw std::runtime_error("--max_recoveries and --save_checkpoint_secs are for the "
-                             "parameter-server mode; an all-reduce job that loses a worker is "
-                             "restarted with --resume");
+    throw std::runtime_error(std::string(f.max_recoveries > 0 ? "--max_recoveries"
+                                                              : "--save_checkpoint_secs") +
+                             " is for the parameter-server mode (an all-reduce job that loses a "
+                             "worker is restarted with --resume; it checkpoints at epoch ends)");
   }
   const int spe = trainer.steps_per_epoch();
   if (f.save_checkpoint_steps > 0 && (spe == 0 || f.save_checkpoint_steps % spe != 0)) {

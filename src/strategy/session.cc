@@ -225,7 +225,14 @@ void MonitoredTrainingSession::create() {
 
 // Note [session recovery]. Returns false when `e` ends the session.
 bool MonitoredTrainingSession::recover(const Error& e) {
-  if (!recoverable(e) || recoveries_ >= options_.max_recoveries) return false;
+  if (!recoverable(e)) return false;
+  if (recoveries_ >= options_.max_recoveries) {
+    if (options_.max_recoveries > 0) {
+      MWMS_LOG_WARN(kStrat, "no recovery left (max_recoveries " << options_.max_recoveries
+                                                                << " used): " << e.what());
+    }
+    return false;
+  }
   ++recoveries_;
   MWMS_LOG_WARN(kStrat, "recovering (" << recoveries_ << " of " << options_.max_recoveries
                                        << "): " << e.what()

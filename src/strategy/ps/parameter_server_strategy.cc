@@ -321,9 +321,17 @@ struct ParameterServerStrategy::Impl {
           const std::string path = sp::shard_file_path(dir, step, p, n);
           const sp::ShardFile f = sp::read_shard_file(path, &mf.entries[p]);
           const JobDescription& d = links[p].description;
-          if (f.shards != d.shards || f.optimizer != d.optimizer) {
-            throw CheckpointError(path + ": written for other variables or another optimizer "
-                                  "than this job declares", path);
+          if (f.optimizer != d.optimizer) {
+            throw CheckpointError(
+                path + ": holds " +
+                    std::string(to_string(static_cast<OptimizerKind>(f.optimizer))) +
+                    " slots, this job runs " +
+                    std::string(to_string(static_cast<OptimizerKind>(d.optimizer))),
+                path);
+          }
+          if (f.shards != d.shards) {
+            throw CheckpointError(path + ": written for other variables (names, shapes, "
+                                  "placement or partitioning) than this job declares", path);
           }
         }
         if (!skipped.empty()) {
