@@ -259,7 +259,9 @@ TEST_CASE("asynchronous ps with max_staleness holds back the worker that runs ah
     s.initialize();
     m.set_gradient(1.0f);
     for (int i = 0; i < 5; ++i) {
-      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      // Far behind the chief, so the chief's push is ahead (and held) even on a loaded machine
+      // under ASan, where 100 ms was once not enough.
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
       s.apply_gradients();
     }
     report("step=" + std::to_string(s.global_step()));
