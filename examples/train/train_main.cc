@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "gpu_model.h"
 #include "idx_reader.h"
 #include "metrics.h"
+#include "mirrored_session.h"
 #include "ps_trainer.h"
 #include "trainer.h"
 
@@ -485,10 +487,14 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   // Every worker trains its own --epochs of its input (Note [ps input position]); the
   // StopAtStepHook ends the run earlier at --max_steps. In asynchronous mode the global step
   // counts every worker's pushes, so it is no bound on one worker's share of the epochs.
+  // Built once: a std::function holding this lambda per step would allocate every step.
+  const std::function<double(std::int64_t)> ps_step = [&](std::int64_t) {
+    return trainer.step(creator.strategy());
+  };
   while (session.global_step() < last_step &&
          (f.max_steps > 0 || trainer.epoch() < f.train.epochs) && !session.should_stop()) {
     const mwms::SessionRunValues v =
-        session.run([&](std::int64_t) { return trainer.step(creator.strategy()); });
+        session.run(ps_step);
     if (v.recovered) {
       std::printf("train: %s recovered (%d of %d): continuing from global step %lld\n",
                   cluster.task_name().c_str(), session.recoveries(), f.max_recoveries,
@@ -520,49 +526,6 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
   return 0;
 }
-
-// The all-reduce mode's SessionCreator: the strategy is connected once (a lost worker ends an
-// all-reduce job: restart it with --resume); the chief restores and saves train's own
-// checkpoint file (checkpoint.h), which holds whole epochs, so saves happen at epoch ends.
-class MirroredSessionCreator : public mwms::SessionCreator {
- public:
-  MirroredSessionCreator(mwms::MultiWorkerMirroredStrategy& strategy,
-                         mwms::train::Trainer& trainer)
-      : strategy_(strategy), trainer_(trainer), steps_per_epoch_(trainer.steps_per_epoch()) {}
-  std::int64_t create_session(const std::string&) override {
-    if (created_) {
-      throw mwms::InvalidUsage("the all-reduce mode does not reconnect a job: restart it with "
-                               "--resume");
-    }
-    created_ = true;
-    first_epoch_ = trainer_.prepare();  // the leader restores with --resume; broadcast
-    step_ = static_cast<std::int64_t>(first_epoch_) * steps_per_epoch_;
-    return step_;
-  }
-  std::string save(const std::string& dir) override {
-    if (steps_per_epoch_ == 0 || step_ % steps_per_epoch_ != 0) {
-      throw mwms::InvalidUsage("the all-reduce mode checkpoints at epoch ends only (global step " +
-                               std::to_string(step_) + ", " + std::to_string(steps_per_epoch_) +
-                               " steps per epoch)");
-    }
-    trainer_.save(static_cast<int>(step_ / steps_per_epoch_));
-    return mwms::train::checkpoint_path(dir);
-  }
-  std::int64_t global_step() const override { return step_; }
-  bool is_chief() const override { return strategy_.is_chief(); }
-  void close() override { strategy_.finalize(); }
-  void abandon() noexcept override {}
-  void advance() { ++step_; }
-  int first_epoch() const { return first_epoch_; }
-
- private:
-  mwms::MultiWorkerMirroredStrategy& strategy_;
-  mwms::train::Trainer& trainer_;
-  std::int64_t steps_per_epoch_;
-  bool created_ = false;
-  int first_epoch_ = 0;
-  std::int64_t step_ = 0;
-};
 
 int run(const Flags& flags) {
   // Workers share the cores; Eigen's own threads would only compete with the other processes.
@@ -616,7 +579,7 @@ int run(const Flags& flags) {
   }
   // Note [session in all-reduce mode]: every decision here follows the global step, the same on
   // every worker: StopAtStepHook, the epoch ends (evaluation is collective), the chief's saves.
-  MirroredSessionCreator creator(*strategy, trainer);
+  mwms::train::MirroredSessionCreator creator(*strategy, trainer);
   const std::int64_t last_step = f.max_steps > 0
                                      ? f.max_steps
                                      : static_cast<std::int64_t>(f.train.epochs) * spe;
@@ -651,6 +614,16 @@ int run(const Flags& flags) {
     summary.exposed_allreduce_seconds += stats.exposed_allreduce_seconds;
     if (leader) print_epoch(stats, f.train.epochs);
   };
+  // Built once (no allocation per step).
+  const std::function<double(std::int64_t)> step = [&](std::int64_t) {
+    const double loss = trainer.train_step();
+    creator.advance();
+    if (trainer.epoch_steps() == spe) {
+      finish_epoch();
+      ++epoch;
+    }
+    return loss;
+  };
   while (spe > 0 && session.global_step() < last_step && !session.should_stop()) {
     if (!in_epoch) {
       if (bar) {
@@ -662,15 +635,7 @@ int run(const Flags& flags) {
     }
     // The epoch's end is evaluated before the hooks' after_run, so the chief's checkpoint of an
     // epoch end follows its evaluation, as before the session.
-    session.run([&](std::int64_t) {
-      const double loss = trainer.train_step();
-      creator.advance();
-      if (trainer.epoch_steps() == spe) {
-        finish_epoch();
-        ++epoch;
-      }
-      return loss;
-    });
+    session.run(step);
   }
   if (in_epoch && trainer.epoch_steps() > 0) finish_epoch();  // --max_steps inside an epoch
   if (summary.per_epoch.empty()) {

@@ -204,23 +204,24 @@ MonitoredTrainingSession::MonitoredTrainingSession(SessionCreator& creator,
     }
   }
   for_hooks([](SessionRunHook& h) { h.begin(); });
-  for (;;) {
-    try {
-      create();
-      return;
-    } catch (const Error& e) {
-      if (!recover(e)) throw;
-    }
-  }
+  create();
 }
 
 MonitoredTrainingSession::~MonitoredTrainingSession() {
   if (!closed_) creator_.abandon();
 }
 
+// Creates the session, again after each recoverable failure while recoveries are left.
 void MonitoredTrainingSession::create() {
-  created_at_ = creator_.create_session(options_.checkpoint_dir);
-  for_hooks([this](SessionRunHook& h) { h.after_create_session(*this); });
+  for (;;) {
+    try {
+      created_at_ = creator_.create_session(options_.checkpoint_dir);
+      for_hooks([this](SessionRunHook& h) { h.after_create_session(*this); });
+      return;
+    } catch (const Error& e) {
+      if (!recover(e)) throw;
+    }
+  }
 }
 
 // Note [session recovery]. Returns false when `e` ends the session.
@@ -258,14 +259,7 @@ SessionRunValues MonitoredTrainingSession::run(
   } catch (const Error& e) {
     if (!recover(e)) throw;
   }
-  for (;;) {
-    try {
-      create();
-      break;
-    } catch (const Error& e) {
-      if (!recover(e)) throw;
-    }
-  }
+  create();
   SessionRunValues values;
   values.global_step = created_at_;
   values.loss = std::nan("");

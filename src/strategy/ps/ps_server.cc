@@ -97,26 +97,24 @@ struct PsServer::State {
     w.joined = true;
     ch.queue_send(w.rank, envelope(PsKind::kReady, version, 0, cfg.ps_index), nullptr, 0);
   }
-  void refuse(Worker& w, std::string reason) {
-    MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": refused " << w.name << ": " << reason);
+  // kRefused / kFailed + the reason (kept in w.refusal while it is sent).
+  void send_reason(Worker& w, PsKind kind, std::string reason) {
     w.refusal = std::move(reason);
     if (w.refusal.size() > kMaxReasonBytes) w.refusal.resize(kMaxReasonBytes);
-    ch.queue_send(w.rank, envelope(PsKind::kRefused, version, w.refusal.size(), cfg.ps_index),
-                  nullptr, 0);
+    ch.queue_send(w.rank, envelope(kind, version, w.refusal.size(), cfg.ps_index), nullptr, 0);
     ch.queue_send(w.rank, envelope(PsKind::kData, version, w.refusal.size(), cfg.ps_index),
                   w.refusal.data(), w.refusal.size());
+  }
+  void refuse(Worker& w, std::string reason) {
+    MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": refused " << w.name << ": " << reason);
+    send_reason(w, PsKind::kRefused, std::move(reason));
     w.phase = Phase::kGone;
   }
   // A save or restore that failed (a file): the chief hears why; nothing else changes.
   void fail_request(Worker& w, std::string reason) {
     MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": " << kind_name(w.request) << " for "
                                 << w.name << " failed: " << reason);
-    w.refusal = std::move(reason);
-    if (w.refusal.size() > kMaxReasonBytes) w.refusal.resize(kMaxReasonBytes);
-    ch.queue_send(w.rank, envelope(PsKind::kFailed, version, w.refusal.size(), cfg.ps_index),
-                  nullptr, 0);
-    ch.queue_send(w.rank, envelope(PsKind::kData, version, w.refusal.size(), cfg.ps_index),
-                  w.refusal.data(), w.refusal.size());
+    send_reason(w, PsKind::kFailed, std::move(reason));
     expect_request(w);
   }
 
