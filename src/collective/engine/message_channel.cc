@@ -39,8 +39,13 @@ ErrorContext MessageChannel::with_peer(const ErrorContext& ctx, int peer) const 
   return c;
 }
 
-void MessageChannel::queue_send(int peer, const FrameHeader& header, const void* data,
-                                std::size_t bytes) {
+std::uint64_t MessageChannel::queue_send(int peer, const FrameHeader& header, const void* data,
+                                         std::size_t bytes) {
+  return queue_send(peer, header, data, bytes, bytes);
+}
+
+std::uint64_t MessageChannel::queue_send(int peer, const FrameHeader& header, const void* data,
+                                         std::size_t bytes, std::size_t ready) {
   Peer& p = peers_.at(static_cast<std::size_t>(peer));
   MWMS_CHECK(p.link != nullptr, "message to rank " + std::to_string(peer) + " without a link");
   if (p.failed) {
@@ -59,15 +64,33 @@ void MessageChannel::queue_send(int peer, const FrameHeader& header, const void*
   o.header.payload_bytes = bytes;
   o.data = static_cast<const char*>(data);
   o.bytes = bytes;
-  ++p.tail;
+  o.ready = std::min(ready, bytes);
+  return p.tail++;
+}
+
+void MessageChannel::set_ready(int peer, std::uint64_t ticket, std::size_t ready) noexcept {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.failed || p.retired || ticket < p.head || ticket >= p.tail) return;
+  if (ticket == p.head && p.sending) {
+    p.send.ready = std::max(p.send.ready, std::min(ready, p.send.bytes));
+    return;
+  }
+  Outgoing& o = p.queue[ticket % kQueueDepth];
+  o.ready = std::max(o.ready, std::min(ready, o.bytes));
 }
 
 void MessageChannel::start_recv(int peer, void* landing, std::size_t bytes) {
+  start_recv(peer, landing, bytes, nullptr);
+}
+
+void MessageChannel::start_recv(int peer, void* landing, std::size_t bytes, RecvSink* sink) {
   Peer& p = peers_.at(static_cast<std::size_t>(peer));
   MWMS_CHECK(p.link != nullptr, "receive from rank " + std::to_string(peer) + " without a link");
   MWMS_CHECK(!p.recv_active || p.recv.done(), "a receive from rank " + std::to_string(peer) +
                                                   " is still running");
   p.recv.start(static_cast<char*>(landing), bytes, false);
+  p.sink = sink;
+  p.delivered = 0;
   p.recv_active = true;
   p.recv_checked = false;
 }
@@ -146,7 +169,7 @@ bool MessageChannel::pump_send(int p, Peer& peer, const ErrorContext& ctx) {
   if (!peer.sending) {
     if (peer.head == peer.tail) return false;
     const Outgoing& o = peer.queue[peer.head % kQueueDepth];
-    peer.send.start(&o.header, o.data, o.bytes, o.bytes);
+    peer.send.start(&o.header, o.data, o.bytes, o.ready);
     peer.sending = true;
   }
   bool moved = false;
@@ -191,8 +214,26 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
       }
       return true;
     }
+    if (peer.sink != nullptr) {
+      try {
+        peer.sink->on_envelope(h);
+      } catch (const Error&) {
+        fail(p, std::current_exception());
+        return true;
+      }
+    }
     peer.recv_checked = true;
     moved = true;
+  }
+  if (peer.sink != nullptr) {
+    try {
+      const std::size_t before = peer.recv.consumed;
+      consume(peer);
+      return moved || peer.recv.consumed != before;
+    } catch (const Error&) {
+      fail(p, std::current_exception());
+      return true;
+    }
   }
   // Note [link messages]: consume what arrived; a link that lands bytes in place is not copied.
   RecvSlot& s = peer.recv;
@@ -204,6 +245,38 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
     moved = true;
   }
   return moved;
+}
+
+// Note [receive sink]: the payload goes to the sink where the link holds it (a shared-memory
+// ring: no copy into the landing area). Three cases per view of the link's bytes: bytes the link
+// landed in place (TCP) are released and delivered from the landing area; a view that starts on
+// a unit boundary gives its whole units to the sink directly; a unit split across views (the
+// ring's wrap, a producer's partial write) is gathered in the landing area, then delivered from
+// there. `delivered` trails `consumed` only by such a partial unit or by in-place bytes.
+void MessageChannel::consume(Peer& peer) {
+  RecvSlot& s = peer.recv;
+  const std::size_t unit = std::max<std::size_t>(1, peer.sink->unit());
+  while (s.arrived > s.consumed) {
+    RecvView v = peer.link->recv_view(s);
+    if (v.bytes == 0) break;
+    if (v.data == s.landing + s.consumed) {
+      peer.link->recv_release(s, v.bytes);
+    } else if (s.consumed % unit == 0 && v.bytes >= unit && peer.delivered == s.consumed) {
+      const std::size_t n = v.bytes - v.bytes % unit;
+      peer.sink->consume(s.consumed, v.data, n);
+      peer.link->recv_release(s, n);
+      peer.delivered = s.consumed;
+    } else {
+      const std::size_t n = std::min(v.bytes, unit - s.consumed % unit);
+      std::memcpy(s.landing + s.consumed, v.data, n);
+      peer.link->recv_release(s, n);
+    }
+    const std::size_t end = s.consumed == s.bytes ? s.bytes : s.consumed - s.consumed % unit;
+    if (end > peer.delivered) {
+      peer.sink->consume(peer.delivered, s.landing + peer.delivered, end - peer.delivered);
+      peer.delivered = end;
+    }
+  }
 }
 
 bool MessageChannel::pump(const ErrorContext& ctx) {

@@ -32,6 +32,24 @@
 
 namespace mwms::collective {
 
+/// Consumes a receive's payload where the link holds it (Note [receive sink]), instead of a copy
+/// into the landing area first: the ps applies a pushed gradient straight from a shared-memory
+/// ring. Called from pump(), on the channel's thread.
+class RecvSink {
+ public:
+  virtual ~RecvSink() = default;
+  /// The envelope arrived (its payload size already checked), before any payload is consumed.
+  /// Throwing an mwms::Error refuses the message: the peer fails with that error.
+  virtual void on_envelope(const FrameHeader& header) = 0;
+  /// Payload bytes [offset, offset + bytes) of the message, readable at `data` during the call.
+  /// `offset` and `bytes` are multiples of unit() except for a message's last bytes. Every
+  /// payload byte is delivered exactly once, in order. Throwing an mwms::Error fails the peer.
+  virtual void consume(std::size_t offset, const char* data, std::size_t bytes) = 0;
+  /// The granularity of consume() (an element's size): a unit split across two views of the
+  /// link (a ring's wrap, a partial write) is gathered in the landing area first.
+  virtual std::size_t unit() const noexcept { return 1; }
+};
+
 class MessageChannel {
  public:
   /// Messages queued per peer at most (queue_send throws InternalError beyond it).
@@ -45,11 +63,25 @@ class MessageChannel {
 
   /// Queues one message to `peer`: `header` (payload_bytes set to `bytes`), then `bytes` at
   /// `data`, which must stay valid and unchanged until sends_idle(peer). FIFO per peer; never
-  /// blocks. @throws InvalidUsage when `peer` already failed (its error as the cause).
-  void queue_send(int peer, const FrameHeader& header, const void* data, std::size_t bytes);
+  /// blocks. Returns the message's ticket (for set_ready). @throws InvalidUsage when `peer`
+  /// already failed (its error as the cause).
+  std::uint64_t queue_send(int peer, const FrameHeader& header, const void* data,
+                           std::size_t bytes);
+  /// As queue_send, but only the first `ready` payload bytes may go out until set_ready() allows
+  /// more (Note [link messages]: a payload that becomes final bit by bit). The caller must allow
+  /// every byte eventually, or sends_idle(peer) stays false.
+  std::uint64_t queue_send(int peer, const FrameHeader& header, const void* data,
+                           std::size_t bytes, std::size_t ready);
+  /// Lets the first `ready` payload bytes of message `ticket` to `peer` go out (never fewer
+  /// than before). A no-op for a peer that failed or retired.
+  void set_ready(int peer, std::uint64_t ticket, std::size_t ready) noexcept;
   /// Starts the next receive from `peer`: one envelope, then exactly `bytes` of payload into
   /// `landing`. One receive per peer at a time (the previous one must be done).
   void start_recv(int peer, void* landing, std::size_t bytes);
+  /// As start_recv, but the payload goes to `sink` (Note [receive sink]), straight from the
+  /// link's bytes where the link allows it; `landing` (`bytes` long) is only used for what a link
+  /// lands in place (TCP) and to gather units split across views. `sink` outlives the receive.
+  void start_recv(int peer, void* landing, std::size_t bytes, RecvSink* sink);
   /// True once the receive started by start_recv(peer) is complete (envelope and payload).
   bool recv_done(int peer) const noexcept;
   /// True while a receive from `peer` is started and not complete.
@@ -93,6 +125,7 @@ class MessageChannel {
     FrameHeader header;
     const char* data = nullptr;
     std::size_t bytes = 0;
+    std::size_t ready = 0;
   };
   struct Peer {
     Link* link = nullptr;
@@ -104,12 +137,15 @@ class MessageChannel {
     bool recv_active = false;
     bool recv_checked = false;
     RecvSlot recv;
+    RecvSink* sink = nullptr;    // Note [receive sink]
+    std::size_t delivered = 0;   // payload bytes given to `sink`
     bool failed = false;
     bool retired = false;
     std::exception_ptr error;
   };
   bool pump_send(int p, Peer& peer, const ErrorContext& ctx);
   bool pump_recv(int p, Peer& peer, const ErrorContext& ctx);
+  void consume(Peer& peer);
   void fail_from_link(int p, const ErrorContext& ctx) noexcept;
   void check_deaths(const ErrorContext& ctx) noexcept;
 

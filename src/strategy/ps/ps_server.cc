@@ -35,6 +35,14 @@ struct Worker {
   std::string refusal;        // kRefused / kFailed text (kept while being sent)
   std::uint64_t step = 0;     // save / restore: the checkpoint step
   std::string saved;          // kSaved payload (kept while being sent)
+  // Note [ps streamed apply]
+  bool streamed = false;        // its push is applied as it arrives (nothing lands in grad)
+  bool reply_streamed = false;  // ... and its reply goes out as the update is applied
+  std::vector<std::uint64_t> tickets;  // the streamed reply's segments (MessageChannel)
+  bool reply_deferred = false;  // a reply waits for the streamed apply to end
+  PsStatus deferred_status = PsStatus::kApplied;
+  bool save_deferred = false;   // a save waits for the streamed apply to end
+  std::uint64_t push_waiting = 0;  // a push waits to stream (its place in line; 0: none)
 };
 
 }  // namespace
@@ -55,6 +63,27 @@ struct PsServer::State {
   int accumulated = 0;
   std::uint64_t version = 0;    // updates applied (the global step on ps 0)
   ParameterServerStats stats;
+  Worker* streaming = nullptr;  // Note [ps streamed apply]: the push being applied as it arrives
+  std::uint64_t line = 0;       // pushes that waited to stream, so far
+
+  // Applies the gradient segments of `streaming` straight from the link (Note [receive sink]).
+  struct ApplySink final : collective::RecvSink {
+    State& st;
+    explicit ApplySink(State& s) : st(s) {}
+    void on_envelope(const FrameHeader& h) override {
+      Worker& w = *st.streaming;
+      check_segment(h, st.layout, w.segment, w.version, st.peer_ctx(w, "ps push"));
+    }
+    void consume(std::size_t offset, const char* data, std::size_t bytes) override {
+      Worker& w = *st.streaming;
+      const Segment& seg = st.layout.segments[w.segment];
+      st.apply_range(seg.element_offset + offset / sizeof(float),
+                     reinterpret_cast<const float*>(data), bytes / sizeof(float));
+      // These values are final for this version: the reply may carry them now.
+      if (w.reply_streamed) st.ch.set_ready(w.rank, w.tickets[w.segment], offset + bytes);
+    }
+    std::size_t unit() const noexcept override { return sizeof(float); }
+  } sink{*this};
 
   State(MessageChannel& c, ServerConfig config) : ch(c), cfg(std::move(config)) {}
 
@@ -79,10 +108,16 @@ struct PsServer::State {
   }
   void expect_segment(Worker& w, float* base) {
     const Segment& s = layout.segments[w.segment];
-    ch.start_recv(w.rank, base + s.element_offset, s.count * sizeof(float));
+    ch.start_recv(w.rank, base + s.element_offset, s.count * sizeof(float),
+                  w.streamed ? &sink : nullptr);
   }
 
   void send_values(Worker& w, PsStatus status) {
+    if (streaming != nullptr) {  // Note [ps streamed apply]: `values` is changing
+      w.reply_deferred = true;
+      w.deferred_status = status;
+      return;
+    }
     ch.queue_send(w.rank, envelope(PsKind::kValues, version, static_cast<std::uint64_t>(status),
                                    cfg.ps_index),
                   nullptr, 0);
@@ -134,18 +169,22 @@ struct PsServer::State {
     }
   }
 
+  // The optimizer at version `version` on elements [first, first + count) of the ps's flat
+  // buffer. Every optimizer is elementwise with one set of hyperparameters for the whole job, so
+  // a range may span shards (the layout has no gaps).
+  void apply_range(std::size_t first, const float* grad, std::size_t count) {
+    for (std::size_t k = 0; k < slots.size(); ++k) slot_ptrs[k] = slots[k].data() + first;
+    apply_gradient(optimizer, values.data() + first, grad, slot_ptrs.data(), count,
+                   static_cast<std::int64_t>(version));
+  }
   void apply(const float* grad) {
     drain_sends();
     ++version;
-    for (std::size_t i = 0; i < job.shards.size(); ++i) {
-      const std::size_t off = layout.shard_offset[i];
-      for (std::size_t k = 0; k < slots.size(); ++k) slot_ptrs[k] = slots[k].data() + off;
-      apply_gradient(optimizer, values.data() + off, grad + off, slot_ptrs.data(),
-                     static_cast<std::size_t>(job.shards[i].count),
-                     static_cast<std::int64_t>(version));
-    }
+    apply_range(0, grad, layout.total);
     stats.global_step = static_cast<std::int64_t>(version);
   }
+  void start_streamed_apply(Worker& w);
+  void end_streamed_apply();
 
   void setup(JobDescription d, Worker& w, const char* op);
   void on_init_description(Worker& w);
@@ -161,6 +200,64 @@ struct PsServer::State {
   void check_failures();
   bool done() const;
 };
+
+// Note [ps streamed apply]: in asynchronous mode a push is applied as its bytes arrive, straight
+// from the link (a shared-memory ring: the gradient is never copied into `grad`), instead of
+// being received whole and applied in a second pass. Applying changes `values`, which replies
+// are sent from (Note [ps serving]), so the apply starts only once no reply is in flight, and
+// until it ends every reply and save is deferred; one push streams at a time (another one lands
+// in its worker's `grad` and is applied whole after it). The update's version and staleness are
+// taken when it starts. A worker lost mid-push leaves the part of its gradient that arrived
+// applied: asynchronous training tolerates a partial stale update as it tolerates a stale one.
+void PsServer::State::start_streamed_apply(Worker& w) {
+  drain_sends();
+  const std::uint64_t stale = version - w.version;
+  ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
+  ++version;
+  stats.global_step = static_cast<std::int64_t>(version);
+  streaming = &w;
+  w.streamed = true;
+  // Without max_staleness the reply is known now (kApplied, this version): it goes out segment
+  // by segment as the update reaches it, overlapping the push instead of following it.
+  w.reply_streamed = job.max_staleness < 0;
+  if (!w.reply_streamed) return;
+  ch.queue_send(w.rank, envelope(PsKind::kValues, version,
+                                 static_cast<std::uint64_t>(PsStatus::kApplied), cfg.ps_index),
+                nullptr, 0);
+  for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+    const Segment& s = layout.segments[i];
+    w.tickets[i] = ch.queue_send(w.rank, segment_header(layout, i, version),
+                                 values.data() + s.element_offset, s.count * sizeof(float), 0);
+  }
+  stats.bytes_pulled[0] += bytes();
+}
+
+void PsServer::State::end_streamed_apply() {
+  if (streaming == nullptr) return;
+  streaming->streamed = false;
+  streaming->reply_streamed = false;
+  streaming = nullptr;
+  Worker* next = nullptr;
+  for (Worker& x : workers) {
+    if (x.lost) continue;
+    if (x.reply_deferred) {
+      x.reply_deferred = false;
+      send_values(x, x.deferred_status);
+    }
+    if (x.save_deferred) {
+      x.save_deferred = false;
+      on_save(x);
+    }
+    if (x.push_waiting != 0 && (next == nullptr || x.push_waiting < next->push_waiting)) {
+      next = &x;
+    }
+  }
+  if (next == nullptr) return;  // the first push in line streams next
+  next->push_waiting = 0;
+  next->phase = Phase::kPushData;
+  if (!ended) start_streamed_apply(*next);
+  expect_segment(*next, next->grad.data());
+}
 
 PsServer::PsServer(MessageChannel& channel, ServerConfig config)
     : st_(std::make_unique<State>(channel, std::move(config))) {}
@@ -187,7 +284,10 @@ void PsServer::State::setup(JobDescription d, Worker& w, const char* op) {
                std::vector<float>(layout.total, 0.0f));
   slot_ptrs.assign(slots.size(), nullptr);
   if (job.sync_replicas) accum.assign(layout.total, 0.0f);
-  for (Worker& x : workers) x.grad.assign(layout.total, 0.0f);
+  for (Worker& x : workers) {
+    x.grad.assign(layout.total, 0.0f);
+    x.tickets.assign(layout.segments.size(), 0);
+  }
   MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << job.shards.size() << " shards, "
                               << layout.total << " elements, " << layout.segments.size()
                               << " segments, " << (job.sync_replicas ? "sync" : "async"));
@@ -374,7 +474,13 @@ void PsServer::State::on_request(Worker& w) {
         on_push(w);
         return;
       }
+      if (!job.sync_replicas && !ended && streaming != nullptr) {
+        w.phase = Phase::kHeld;  // Note [ps streamed apply]: streams after the one running
+        w.push_waiting = ++line;
+        return;
+      }
       w.phase = Phase::kPushData;
+      if (!job.sync_replicas && !ended) start_streamed_apply(w);
       expect_segment(w, w.grad.data());
       return;
     case PsKind::kBye:
@@ -392,7 +498,9 @@ void PsServer::State::on_request(Worker& w) {
 
 void PsServer::State::on_push(Worker& w) {
   if (ended) {
-    send_values(w, PsStatus::kEnded);
+    const bool replied = w.reply_streamed;
+    if (w.streamed) end_streamed_apply();
+    if (!replied) send_values(w, PsStatus::kEnded);
     expect_request(w);
     return;
   }
@@ -414,6 +522,20 @@ void PsServer::State::on_push(Worker& w) {
     ++stats.staleness_histogram[0];
     w.phase = Phase::kHeld;
     maybe_complete_step();
+    return;
+  }
+  if (w.streamed) {
+    const bool replied = w.reply_streamed;
+    ++stats.applied;
+    ++w.clock;
+    end_streamed_apply();
+    if (replied) {
+      expect_request(w);
+      return;
+    }
+    w.phase = Phase::kHeld;
+    release_held();
+    if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
     return;
   }
   const std::uint64_t stale = version - w.version;
@@ -452,7 +574,7 @@ void PsServer::State::release_held() {
     slowest = slowest < 0 ? x.clock : std::min(slowest, x.clock);
   }
   for (Worker& x : workers) {
-    if (x.phase != Phase::kHeld || x.lost) continue;
+    if (x.phase != Phase::kHeld || x.lost || x.push_waiting != 0 || x.save_deferred) continue;
     if (!ended && job.max_staleness >= 0 && slowest >= 0 &&
         x.clock - slowest > job.max_staleness) {
       continue;
@@ -477,6 +599,11 @@ void PsServer::State::on_message(Worker& w) {
         return;
       }
       if (w.request == PsKind::kSave) {
+        if (streaming != nullptr) {  // Note [ps streamed apply]: a checkpoint of whole updates
+          w.save_deferred = true;
+          w.phase = Phase::kHeld;
+          return;
+        }
         on_save(w);
         return;
       }
@@ -519,6 +646,7 @@ void PsServer::State::check_failures() {
     w.lost = true;
     w.phase = Phase::kGone;
     changed = true;
+    if (streaming == &w) end_streamed_apply();  // what arrived of its gradient stays applied
     std::string why;
     try {
       std::rethrow_exception(ch.failure(w.rank));
