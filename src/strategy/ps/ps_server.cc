@@ -63,10 +63,12 @@ struct PsServer::State {
   int accumulated = 0;
   std::uint64_t version = 0;    // updates applied (the global step on ps 0)
   ParameterServerStats stats;
-  Worker* streaming = nullptr;  // Note [ps streamed apply]: the push being applied as it arrives
+  Worker* streaming = nullptr;  // Note [ps streamed apply]: the push consumed as it arrives
+  bool streaming_first = false; // synchronous: it is this version's first gradient (copied in)
   std::uint64_t line = 0;       // pushes that waited to stream, so far
 
-  // Applies the gradient segments of `streaming` straight from the link (Note [receive sink]).
+  // Applies (async) or sums into accum (sync) the gradient segments of `streaming` straight
+  // from the link (Note [receive sink]).
   struct ApplySink final : collective::RecvSink {
     State& st;
     explicit ApplySink(State& s) : st(s) {}
@@ -77,8 +79,19 @@ struct PsServer::State {
     void consume(std::size_t offset, const char* data, std::size_t bytes) override {
       Worker& w = *st.streaming;
       const Segment& seg = st.layout.segments[w.segment];
-      st.apply_range(seg.element_offset + offset / sizeof(float),
-                     reinterpret_cast<const float*>(data), bytes / sizeof(float));
+      const std::size_t first = seg.element_offset + offset / sizeof(float);
+      const std::size_t count = bytes / sizeof(float);
+      if (st.job.sync_replicas) {
+        float* a = st.accum.data() + first;
+        if (st.streaming_first) {
+          std::memcpy(a, data, count * sizeof(float));
+        } else {
+          const float* g = reinterpret_cast<const float*>(data);
+          for (std::size_t i = 0; i < count; ++i) a[i] += g[i];
+        }
+        return;
+      }
+      st.apply_range(first, reinterpret_cast<const float*>(data), count);
       // These values are final for this version: the reply may carry them now.
       if (w.reply_streamed) st.ch.set_ready(w.rank, w.tickets[w.segment], offset + bytes);
     }
@@ -113,7 +126,8 @@ struct PsServer::State {
   }
 
   void send_values(Worker& w, PsStatus status) {
-    if (streaming != nullptr) {  // Note [ps streamed apply]: `values` is changing
+    if (streaming != nullptr && !job.sync_replicas) {  // Note [ps streamed apply]: `values`
+                                                       // is changing
       w.reply_deferred = true;
       w.deferred_status = status;
       return;
@@ -183,8 +197,16 @@ struct PsServer::State {
     apply_range(0, grad, layout.total);
     stats.global_step = static_cast<std::int64_t>(version);
   }
-  void start_streamed_apply(Worker& w);
-  void end_streamed_apply();
+  void start_streaming(Worker& w);
+  void end_streaming();
+  void start_next_push();
+  void drop_step(const char* why);
+  // Waits for its step's reply (synchronous) or max_staleness (asynchronous); not a push in line,
+  // a deferred save or a join before the chief's init.
+  static bool awaits_values(const Worker& x) {
+    return x.phase == Phase::kHeld && !x.lost && x.push_waiting == 0 && !x.save_deferred &&
+           !x.join_waits;
+  }
 
   void setup(JobDescription d, Worker& w, const char* op);
   void on_init_description(Worker& w);
@@ -201,24 +223,33 @@ struct PsServer::State {
   bool done() const;
 };
 
-// Note [ps streamed apply]: in asynchronous mode a push is applied as its bytes arrive, straight
-// from the link (a shared-memory ring: the gradient is never copied into `grad`), instead of
-// being received whole and applied in a second pass. Applying changes `values`, which replies
-// are sent from (Note [ps serving]), so the apply starts only once no reply is in flight, and
-// until it ends every reply and save is deferred; one push streams at a time (another one lands
-// in its worker's `grad` and is applied whole after it). The update's version and staleness are
-// taken when it starts. A worker lost mid-push leaves the part of its gradient that arrived
-// applied: asynchronous training tolerates a partial stale update as it tolerates a stale one.
-void PsServer::State::start_streamed_apply(Worker& w) {
+// Note [ps streamed apply]: a push is consumed as its bytes arrive, straight from the link (a
+// shared-memory ring: the gradient is never copied into `grad`), instead of being received whole
+// and consumed in a second pass; one push streams at a time, the others wait in line (FIFO) with
+// their bytes still in the link.
+// - Asynchronous: the push is applied as it arrives. Applying changes `values`, which replies are
+//   sent from (Note [ps serving]), so it starts only once no reply is in flight, and until it
+//   ends every other reply and save is deferred. Its reply (without max_staleness: kApplied at
+//   the new version) is queued when it starts and let out segment by segment as the update
+//   reaches it, overlapping the push. The version and staleness are taken when it starts. A
+//   worker lost mid-push leaves the part of its gradient that arrived applied: asynchronous
+//   training tolerates a partial stale update as it tolerates a stale one.
+// - Synchronous: a push of the current version is summed into `accum` as it arrives (the first
+//   one copied); the step completes only between pushes. A worker lost mid-push leaves a partial
+//   sum, so that step's gradients are dropped (kDropped: the workers compute them again on the
+//   same version) rather than applied.
+void PsServer::State::start_streaming(Worker& w) {
+  streaming = &w;
+  w.streamed = true;
+  if (job.sync_replicas) {
+    streaming_first = accumulated == 0;
+    return;
+  }
   drain_sends();
   const std::uint64_t stale = version - w.version;
   ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
   ++version;
   stats.global_step = static_cast<std::int64_t>(version);
-  streaming = &w;
-  w.streamed = true;
-  // Without max_staleness the reply is known now (kApplied, this version): it goes out segment
-  // by segment as the update reaches it, overlapping the push instead of following it.
   w.reply_streamed = job.max_staleness < 0;
   if (!w.reply_streamed) return;
   ch.queue_send(w.rank, envelope(PsKind::kValues, version,
@@ -232,12 +263,13 @@ void PsServer::State::start_streamed_apply(Worker& w) {
   stats.bytes_pulled[0] += bytes();
 }
 
-void PsServer::State::end_streamed_apply() {
+// The streamed push is complete (or its worker lost): deferred replies and saves go out. The
+// next push in line starts with start_next_push(), once the caller has accounted for this one.
+void PsServer::State::end_streaming() {
   if (streaming == nullptr) return;
   streaming->streamed = false;
   streaming->reply_streamed = false;
   streaming = nullptr;
-  Worker* next = nullptr;
   for (Worker& x : workers) {
     if (x.lost) continue;
     if (x.reply_deferred) {
@@ -248,15 +280,37 @@ void PsServer::State::end_streamed_apply() {
       x.save_deferred = false;
       on_save(x);
     }
-    if (x.push_waiting != 0 && (next == nullptr || x.push_waiting < next->push_waiting)) {
-      next = &x;
-    }
   }
-  if (next == nullptr) return;  // the first push in line streams next
+}
+
+void PsServer::State::start_next_push() {
+  if (streaming != nullptr) return;
+  Worker* next = nullptr;
+  for (Worker& x : workers) {
+    if (x.lost || x.push_waiting == 0) continue;
+    if (next == nullptr || x.push_waiting < next->push_waiting) next = &x;
+  }
+  if (next == nullptr) return;
   next->push_waiting = 0;
   next->phase = Phase::kPushData;
-  if (!ended) start_streamed_apply(*next);
+  // A synchronous push that a completed step made stale lands in `grad` and is dropped.
+  if (!ended && (!job.sync_replicas || next->version == version)) start_streaming(*next);
   expect_segment(*next, next->grad.data());
+}
+
+// Synchronous: the sum of this step is lost (Note [ps streamed apply]); every held gradient is
+// dropped and its worker computes it again on the same version.
+void PsServer::State::drop_step(const char* why) {
+  if (accumulated == 0) return;  // only the lost push's own partial sum, overwritten next
+  MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": dropped step " << version << "'s "
+                              << accumulated << " gradient(s): " << why);
+  stats.dropped_stale += accumulated;
+  accumulated = 0;
+  for (Worker& x : workers) {
+    if (!awaits_values(x)) continue;
+    send_values(x, PsStatus::kDropped);
+    expect_request(x);
+  }
 }
 
 PsServer::PsServer(MessageChannel& channel, ServerConfig config)
@@ -474,13 +528,13 @@ void PsServer::State::on_request(Worker& w) {
         on_push(w);
         return;
       }
-      if (!job.sync_replicas && !ended && streaming != nullptr) {
+      if (!ended && streaming != nullptr) {
         w.phase = Phase::kHeld;  // Note [ps streamed apply]: streams after the one running
         w.push_waiting = ++line;
         return;
       }
       w.phase = Phase::kPushData;
-      if (!job.sync_replicas && !ended) start_streamed_apply(w);
+      if (!ended && (!job.sync_replicas || w.version == version)) start_streaming(w);
       expect_segment(w, w.grad.data());
       return;
     case PsKind::kBye:
@@ -497,11 +551,13 @@ void PsServer::State::on_request(Worker& w) {
 }
 
 void PsServer::State::on_push(Worker& w) {
+  const bool streamed = w.streamed;
+  const bool replied = w.reply_streamed;
+  end_streaming();
   if (ended) {
-    const bool replied = w.reply_streamed;
-    if (w.streamed) end_streamed_apply();
     if (!replied) send_values(w, PsStatus::kEnded);
     expect_request(w);
+    start_next_push();
     return;
   }
   if (job.sync_replicas) {
@@ -509,33 +565,35 @@ void PsServer::State::on_push(Worker& w) {
       ++stats.dropped_stale;  // SyncReplicasOptimizer drops gradients of older steps
       send_values(w, PsStatus::kDropped);
       expect_request(w);
+      start_next_push();
       return;
     }
-    if (accumulated == 0) {
+    if (!streamed && accumulated == 0) {
       std::memcpy(accum.data(), w.grad.data(), accum.size() * sizeof(float));
-    } else {
+    } else if (!streamed) {
       const float* g = w.grad.data();
       float* a = accum.data();
       for (std::size_t i = 0; i < accum.size(); ++i) a[i] += g[i];
     }
+    streaming_first = false;
     ++accumulated;
     ++stats.staleness_histogram[0];
     w.phase = Phase::kHeld;
     maybe_complete_step();
+    start_next_push();
     return;
   }
-  if (w.streamed) {
-    const bool replied = w.reply_streamed;
+  if (streamed) {
     ++stats.applied;
     ++w.clock;
-    end_streamed_apply();
     if (replied) {
       expect_request(w);
-      return;
+    } else {
+      w.phase = Phase::kHeld;
+      release_held();
+      if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
     }
-    w.phase = Phase::kHeld;
-    release_held();
-    if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
+    start_next_push();
     return;
   }
   const std::uint64_t stale = version - w.version;
@@ -550,18 +608,54 @@ void PsServer::State::on_push(Worker& w) {
 
 // Synchronous: Note [ps serving].
 void PsServer::State::maybe_complete_step() {
-  if (accumulated == 0) return;
+  if (accumulated == 0 || streaming != nullptr) return;  // a step completes between pushes
   const int need = std::max(1, std::min(job.replicas_to_aggregate, live()));
   if (accumulated < need) return;
   const float inv = static_cast<float>(accumulated);
-  for (float& a : accum) a /= inv;  // ConditionalAccumulator.take_grad: the mean
   stats.applied += accumulated;
   accumulated = 0;
-  apply(accum.data());
+  drain_sends();
+  ++version;
+  stats.global_step = static_cast<std::int64_t>(version);
+  // Note [ps step pipeline]: every held reply is queued now and let out chunk by chunk as the
+  // update reaches it, so the workers copy the first values while the ps updates the rest (and
+  // the ps's link copies each chunk while it is still in this core's cache).
   for (Worker& x : workers) {
-    if (x.phase != Phase::kHeld || x.lost) continue;
-    send_values(x, PsStatus::kApplied);
-    expect_request(x);
+    if (!awaits_values(x)) continue;
+    ch.queue_send(x.rank, envelope(PsKind::kValues, version,
+                                   static_cast<std::uint64_t>(PsStatus::kApplied), cfg.ps_index),
+                  nullptr, 0);
+    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+      const Segment& sg = layout.segments[i];
+      x.tickets[i] = ch.queue_send(x.rank, segment_header(layout, i, version),
+                                   values.data() + sg.element_offset, sg.count * sizeof(float), 0);
+    }
+    stats.bytes_pulled[0] += bytes();
+  }
+  const ErrorContext c = ctx("ps step");
+  constexpr std::size_t kChunk = 16384;  // elements: 64 KiB of values, slots and accum
+  std::size_t segment = 0;
+  for (std::size_t first = 0; first < layout.total; first += kChunk) {
+    const std::size_t n = std::min(kChunk, layout.total - first);
+    float* a = accum.data() + first;
+    for (std::size_t i = 0; i < n; ++i) a[i] /= inv;  // ConditionalAccumulator.take_grad: mean
+    apply_range(first, a, n);
+    const std::size_t done = first + n;
+    while (segment < layout.segments.size()) {
+      const Segment& sg = layout.segments[segment];
+      const std::size_t upto = std::min(done, sg.element_offset + sg.count);
+      for (Worker& x : workers) {
+        if (awaits_values(x)) {
+          ch.set_ready(x.rank, x.tickets[segment], (upto - sg.element_offset) * sizeof(float));
+        }
+      }
+      if (upto < sg.element_offset + sg.count) break;
+      ++segment;
+    }
+    ch.pump(c);
+  }
+  for (Worker& x : workers) {
+    if (awaits_values(x)) expect_request(x);
   }
 }
 
@@ -574,7 +668,7 @@ void PsServer::State::release_held() {
     slowest = slowest < 0 ? x.clock : std::min(slowest, x.clock);
   }
   for (Worker& x : workers) {
-    if (x.phase != Phase::kHeld || x.lost || x.push_waiting != 0 || x.save_deferred) continue;
+    if (!awaits_values(x)) continue;
     if (!ended && job.max_staleness >= 0 && slowest >= 0 &&
         x.clock - slowest > job.max_staleness) {
       continue;
@@ -599,7 +693,8 @@ void PsServer::State::on_message(Worker& w) {
         return;
       }
       if (w.request == PsKind::kSave) {
-        if (streaming != nullptr) {  // Note [ps streamed apply]: a checkpoint of whole updates
+        if (streaming != nullptr && !job.sync_replicas) {  // Note [ps streamed apply]: a
+                                                           // checkpoint of whole updates
           w.save_deferred = true;
           w.phase = Phase::kHeld;
           return;
@@ -646,7 +741,13 @@ void PsServer::State::check_failures() {
     w.lost = true;
     w.phase = Phase::kGone;
     changed = true;
-    if (streaming == &w) end_streamed_apply();  // what arrived of its gradient stays applied
+    if (streaming == &w) {
+      end_streaming();
+      // Asynchronous: what arrived of its gradient stays applied. Synchronous: the sum is partial.
+      if (job.sync_replicas) drop_step(("lost " + w.name + " in the middle of its push").c_str());
+      streaming_first = false;
+      start_next_push();
+    }
     std::string why;
     try {
       std::rethrow_exception(ch.failure(w.rank));
