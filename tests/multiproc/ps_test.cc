@@ -472,3 +472,61 @@ TEST_CASE("ps-sync with replicas_to_aggregate == workers gives the all-reduce st
     if (r.rank < workers) CHECK_THAT(r.output, Contains("differ=0 "));
   }
 }
+
+TEST_CASE("a worker killed in the middle of a synchronous push: its partial sum is never applied",
+          "[multiproc][ps][fault]") {
+  // Note [ps streamed apply]: pushes are summed straight from the link. Worker 1 pushes 32 MiB
+  // gradients a few ms after worker 0 (so its push is a step's second, summed onto the first)
+  // and dies at one of several points, most of which fall in the middle of a push; every
+  // gradient is 1.0, so every applied step moves every element by exactly lr, and a partial sum
+  // applied would leave elements that disagree.
+  for (int kill_ms : {20, 45, 80, 120}) {
+    INFO("worker 1 killed after " << kill_ms << " ms");
+    const int workers = 2, num_ps = 1;
+    const std::size_t n = std::size_t{8} << 20;
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 90;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                      ps_options(mwms::TransportChoice::kShm, true, 10));
+      if (s.is_ps()) {
+        report(stats_text(s.join()));
+        return;
+      }
+      std::vector<float> value(n, 0.0f), grad(n, 1.0f);
+      s.create_variable({"big", {static_cast<std::int64_t>(n)}}, value.data(), grad.data(),
+                        [](float* v, std::size_t count) { std::fill(v, v + count, 0.0f); });
+      s.initialize();
+      if (rank == 1) {
+        std::thread([kill_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
+          ::raise(SIGKILL);
+        }).detach();
+      }
+      for (int i = 0; i < 25; ++i) {
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        s.apply_gradients();
+      }
+      s.pull();
+      const float want = -0.25f * static_cast<float>(s.global_step());
+      for (std::size_t i = 0; i < n; ++i) {
+        if (value[i] != want) {
+          throw std::runtime_error("element " + std::to_string(i) + " is " +
+                                   std::to_string(value[i]) + " after " +
+                                   std::to_string(s.global_step()) + " steps, expected " +
+                                   std::to_string(want));
+        }
+      }
+      report("consistent at step " + std::to_string(s.global_step()));
+      s.finalize();
+    });
+    CHECK(results[1].signal == SIGKILL);
+    for (int r : {0, 2}) {
+      INFO("rank " << r << ": " << results[r].output);
+      CHECK(results[r].exit_code == 0);
+    }
+    CHECK_THAT(results[0].output, Contains("consistent at step"));
+    CHECK_THAT(results[2].output, Contains("lost=worker 1"));
+  }
+}
