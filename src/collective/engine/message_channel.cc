@@ -72,7 +72,7 @@ void MessageChannel::set_ready(int peer, std::uint64_t ticket, std::size_t ready
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.failed || p.retired || ticket < p.head || ticket >= p.tail) return;
   if (ticket == p.head && p.sending) {
-    p.send.ready = std::max(p.send.ready, std::min(ready, p.send.bytes));
+    p.allowed = std::max(p.allowed, std::min(ready, p.send.bytes));
     return;
   }
   Outgoing& o = p.queue[ticket % kQueueDepth];
@@ -169,9 +169,12 @@ bool MessageChannel::pump_send(int p, Peer& peer, const ErrorContext& ctx) {
   if (!peer.sending) {
     if (peer.head == peer.tail) return false;
     const Outgoing& o = peer.queue[peer.head % kQueueDepth];
-    peer.send.start(&o.header, o.data, o.bytes, o.ready);
+    peer.send.start(&o.header, o.data, o.bytes, 0);
+    peer.allowed = o.ready;
     peer.sending = true;
   }
+  // Note [send slices] (message_channel.h).
+  peer.send.ready = std::min(peer.allowed, peer.send.sent + kSendSlice);
   bool moved = false;
   try {
     moved = peer.link->poll_send(peer.send);

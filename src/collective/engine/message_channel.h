@@ -15,6 +15,11 @@
 // fixed-size message. Nothing is allocated per message: the send queues are fixed rings sized at
 // construction.
 //
+// Note [send slices]: a message queued whole is offered to its link kSendSlice bytes per pump,
+// so the link publishes it in pieces and the receiver works on the first piece (a ps applying a
+// push, a worker copying values out) while the sender copies the next; a link given the whole
+// message copies all it has room for before publishing any of it.
+//
 // Failures are per peer: a link error, a peer whose control link closed while its data link
 // stays silent (it died: shared memory has no EOF) or a peer lost to the heartbeat marks that
 // peer failed with the error that names it, and the caller decides whether that is fatal (a ps
@@ -54,6 +59,8 @@ class MessageChannel {
  public:
   /// Messages queued per peer at most (queue_send throws InternalError beyond it).
   static constexpr std::size_t kQueueDepth = 256;
+  /// Payload bytes a send offers its link per pump (Note [send slices]).
+  static constexpr std::size_t kSendSlice = std::size_t{256} << 10;
 
   /// `links` by rank (nullptr for this rank); `control` may be null (threaded tests). Both
   /// outlive the channel.
@@ -133,6 +140,7 @@ class MessageChannel {
     std::size_t head = 0;         // next to send
     std::size_t tail = 0;         // next free
     bool sending = false;
+    std::size_t allowed = 0;     // payload bytes of the current send allowed out (set_ready)
     SendSlot send;
     bool recv_active = false;
     bool recv_checked = false;
