@@ -63,7 +63,12 @@ struct Flags {
   long long max_steps = 0;
 };
 
-/// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, error: 1).
+/// Exit code of a bad command line (flags, values, combinations), as every other libmwms tool
+/// (mwmsrun, the benches, mwms-doctor) and getopt-style programs: 2. A run that fails is 1.
+constexpr int kUsageError = 2;
+
+/// Parses the command line. Returns -1 to go on, otherwise the exit code (help: 0, a bad command
+/// line: kUsageError, --device gpu without a usable GPU: 1).
 int parse_flags(int argc, char** argv, Flags& f) {
   CLI::App app{"Data-parallel MLP or CNN training on Fashion-MNIST with libmwms "
                "(MultiWorkerMirroredStrategy, or parameter servers when the cluster has a ps "
@@ -194,22 +199,22 @@ int parse_flags(int argc, char** argv, Flags& f) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "train: error: " << e.what() << "\nRun with --help for usage." << std::endl;
-    return 1;
+    return kUsageError;
   }
   if (!(f.train.learning_rate > 0)) {
     std::cerr << "train: error: --lr must be positive" << std::endl;
-    return 1;
+    return kUsageError;
   }
   if (f.job_name.empty() != f.cluster_spec_file.empty() ||
       (app.count("--task_index") > 0 && f.job_name.empty())) {
     std::cerr << "train: error: --job_name, --task_index and --cluster_spec go together"
               << std::endl;
-    return 1;
+    return kUsageError;
   }
   if (f.train.overlap_blocks > 1 && f.train.model == "cnn") {
     std::cerr << "train: error: --overlap_blocks above 1 splits the MLP's dense_1; with --model "
                  "cnn use 0 or 1" << std::endl;
-    return 1;
+    return kUsageError;
   }
   // Note [device choice]: --device gpu needs this train's GPU models (CUDA and cuDNN at build
   // time) and a device, and runs one replica per process (Note [gpu replica] in trainer.h): it
@@ -231,7 +236,7 @@ int parse_flags(int argc, char** argv, Flags& f) {
       std::cerr << "train: error: --device gpu runs one replica per process without overlap or "
                    "compression (--local_replicas 1, --overlap_blocks 0, --compression none): "
                    "launch one process per GPU (mwmsrun, mpirun, TF_CONFIG)" << std::endl;
-      return 1;
+      return kUsageError;
     }
     if (f.device == "auto") {
       f.device = usable && gpu_supported_run ? "gpu" : "cpu";
@@ -247,17 +252,17 @@ int parse_flags(int argc, char** argv, Flags& f) {
   if (f.save_checkpoint_steps > 0 && f.save_checkpoint_secs > 0) {
     std::cerr << "train: error: give --save_checkpoint_steps or --save_checkpoint_secs, not both"
               << std::endl;
-    return 1;
+    return kUsageError;
   }
   if ((f.save_checkpoint_steps > 0 || f.save_checkpoint_secs > 0) &&
       f.train.checkpoint_dir.empty()) {
     std::cerr << "train: error: --save_checkpoint_steps/--save_checkpoint_secs need "
                  "--checkpoint_dir" << std::endl;
-    return 1;
+    return kUsageError;
   }
   if (f.train.resume && f.train.checkpoint_dir.empty()) {
     std::cerr << "train: error: --resume needs --checkpoint_dir" << std::endl;
-    return 1;
+    return kUsageError;
   }
   return -1;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <exception>
 #include <functional>
@@ -64,6 +65,19 @@ Trainer::Trainer(const TrainConfig& config, MultiWorkerMirroredStrategy& strateg
     }
   } else if (config.device != "cpu") {
     throw std::runtime_error("unknown device " + config.device + " (cpu or gpu)");
+  }
+  // A global batch that the replicas in sync do not divide is split as batch_shard splits it
+  // (the first global_batch % n replicas one row more, as tf.data's rebatch does): legal, but
+  // the replicas then weigh their rows unequally, so say so once, on the chief.
+  const int in_sync = strategy.num_replicas_in_sync();
+  if (in_sync > 1 && config.global_batch_size % in_sync != 0 && strategy.is_chief()) {
+    const int base = config.global_batch_size / in_sync;
+    const int longer = config.global_batch_size % in_sync;
+    std::fprintf(stderr,
+                 "train: warning: --batch_size %d does not divide by the %d replicas in sync: "
+                 "%d replica(s) take %d rows, %d take %d; use a multiple of %d for equal shards\n",
+                 config.global_batch_size, in_sync, longer, base + 1, in_sync - longer, base,
+                 in_sync);
   }
   replicas_.reserve(static_cast<std::size_t>(strategy.num_local_replicas()));
   for (int r = 0; r < strategy.num_local_replicas(); ++r) add_replica();

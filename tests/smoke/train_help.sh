@@ -14,3 +14,13 @@ for expect in "--epochs .*=3" "--batch_size .*=64" "--lr .*=0.01" "--seed .*=42"
     { echo "FAIL: no '$expect' in train --help:"; echo "$help"; exit 1; }
 done
 echo "ok train --help shows the defaults"
+# A bad command line exits 2 (as mwmsrun, the benches and mwms-doctor do), with the reason.
+for bad in "--no_such_flag" "--epochs x" "--lr 0" "--job_name worker" \
+           "--save_checkpoint_steps 5" "--resume" "--model cnn --overlap_blocks 2"; do
+  rc=0
+  # shellcheck disable=SC2086
+  out=$("$1" $bad 2>&1) || rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: train $bad exited $rc, expected 2: $out"; exit 1; }
+  grep -q "train: error:" <<<"$out" || { echo "FAIL: train $bad said no error: $out"; exit 1; }
+done
+echo "ok train exits 2 on a bad command line"

@@ -115,5 +115,12 @@ loss() { grep -o '"train_loss": *[0-9.e-]*' "$1" | head -1 | grep -o '[0-9.e-]*$
 [ "$(loss "$work/k2.json")" = "$(loss "$work/k2o.json")" ] ||
   { echo "FAIL: overlapped K = 2 train loss $(loss "$work/k2o.json") != $(loss "$work/k2.json")"; exit 1; }
 echo "ok overlap with 2 local replicas: the blocking step's train loss"
+# 7. 3 local replicas of a global batch of 64: shards of 22/21/21 rows, said once on the chief.
+timeout 300 "$train" --epochs 1 --max_steps_per_epoch 5 --timeout_seconds 60 --local_replicas 3 \
+  > "$work/k3.log" 2>&1 || { echo "FAIL k3"; cat "$work/k3.log"; exit 1; }
+[ "$(grep -c "does not divide by the 3 replicas in sync: 1 replica(s) take 22 rows, 2 take 21" \
+     "$work/k3.log")" = 1 ] || { echo "FAIL: no single uneven-shard warning:"; cat "$work/k3.log"; exit 1; }
+! grep -q "does not divide" "$work/k2.log" || { echo "FAIL: a warning for an even split"; exit 1; }
+echo "ok 3 local replicas of 64 rows: one warning naming the 22/21/21 split"
 
 echo "train smoke: 4 launch modes, evaluator and overlapped local replicas passed"
