@@ -1,12 +1,15 @@
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace mwms::train {
 
@@ -292,6 +295,55 @@ bool is_missing(const CheckpointError& e) {
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) { return dir + "/ckpt.bin"; }
+
+// Note [checkpoint temporaries]: a writer killed between creating its temporary and renaming it
+// leaves `ckpt.bin.tmp.<host>.<pid>` behind, as large as the model, and nothing else would ever
+// remove it. The name says who wrote it: one of this host's whose process no longer exists
+// (kill(pid, 0) fails with ESRCH) is a dead writer's and removed; one of a live process (a
+// writer at work, or a recycled pid: kept, never guessed at) or of another host (a shared
+// directory) is left alone. Names of the earlier format, `ckpt.bin.tmp.<pid>`, count as this
+// host's.
+std::string remove_stale_temporaries(const std::string& dir) {
+  const std::string prefix = "ckpt.bin.tmp.";
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (d == nullptr) return "";
+  std::string removed, failed;
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const std::size_t dot = rest.rfind('.');
+    const std::string owner = dot == std::string::npos ? host : rest.substr(0, dot);
+    const std::string pid_text = dot == std::string::npos ? rest : rest.substr(dot + 1);
+    if (owner != host || pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const long pid = std::stol(pid_text);
+    if (pid <= 0 || pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 ||
+        errno != ESRCH) {
+      continue;
+    }
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) == 0) {
+      removed += (removed.empty() ? "" : ", ") + name;
+    } else if (errno != ENOENT) {
+      failed += (failed.empty() ? "" : ", ") + name + " (" + std::strerror(errno) + ")";
+    }
+  }
+  std::string text;
+  if (!removed.empty()) {
+    text = "removed the temporaries of checkpoint writers that died before renaming them: " +
+           removed;
+  }
+  if (!failed.empty()) {
+    text += (text.empty() ? "" : "; ") +
+            std::string("cannot remove dead writers' checkpoint temporaries: ") + failed;
+  }
+  return text;
+}
 std::string previous_checkpoint_path(const std::string& dir) { return dir + "/ckpt.prev.bin"; }
 
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt) {
@@ -304,18 +356,22 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt) {
   unsigned char header[kHeaderBytes];
   encode_header(ckpt, header);
   // Same directory as the target so that rename() is atomic (same file system).
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Note [checkpoint temporaries].
+  std::string warning = remove_stale_temporaries(dir);
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
   write_temp(tmp, header, ckpt);
   // Note [checkpoint rotation]: keep the current newest as the previous one if it verifies.
-  std::string warning;
   bool rotate = false;
   try {
     read_checkpoint_file(path, ckpt.params.size());
     rotate = true;
   } catch (const CheckpointError& e) {
     if (!is_missing(e)) {
-      warning = std::string("replacing an unusable newest checkpoint without keeping it as the "
-                            "previous one (") + e.what() + ")";
+      warning += std::string(warning.empty() ? "" : "; ") +
+                 "replacing an unusable newest checkpoint without keeping it as the previous "
+                 "one (" + e.what() + ")";
     }
   }
   const std::string prev = previous_checkpoint_path(dir);

@@ -102,6 +102,12 @@ std::string previous_checkpoint_path(const std::string& dir);
 /// written), CheckpointIoError (naming the file and the system error).
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt);
 
+/// Removes the temporaries that checkpoint writers of this host left in `dir` when they died
+/// before renaming them (Note [checkpoint temporaries] in checkpoint.cc); never one whose writer
+/// is alive or on another host. save_checkpoint() calls it first. Returns what it removed (or
+/// could not), empty when nothing; never throws for a file it cannot read or remove.
+std::string remove_stale_temporaries(const std::string& dir);
+
 /// What load_checkpoint found.
 struct LoadedCheckpoint {
   Checkpoint checkpoint;

@@ -2,6 +2,7 @@
 // detected, a damaged newest file falls back to the previous one, an old-format file is refused
 // clearly. Files are real: written by save_checkpoint, damaged here, read back.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -321,4 +322,40 @@ TEST_CASE("an old-format, foreign or other-model file gets a clear error", "[uni
     CHECK(e.field() == "param_count");
     CHECK_THAT(std::string(e.what()), Contains("1000 parameters"));
   }
+}
+
+TEST_CASE("a save removes the temporaries of dead writers on this host, never a live one's",
+          "[unit][checkpoint]") {
+  // Note [checkpoint temporaries]: 20 kills while saving used to leave 20 model-sized files.
+  const std::string dir = temp_dir();
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);  // a pid whose process is gone
+  const std::string dead = std::to_string(child);
+  const std::string live = std::to_string(::getppid());
+  const std::vector<unsigned char> junk(64, 0xAB);
+  const std::string dead_here = "ckpt.bin.tmp." + std::string(host) + "." + dead;
+  const std::string dead_old_format = "ckpt.bin.tmp." + dead;
+  const std::string live_here = "ckpt.bin.tmp." + std::string(host) + "." + live;
+  const std::string dead_elsewhere = "ckpt.bin.tmp.other-host.example." + dead;
+  const std::string not_ours = "ckpt.bin.tmp.notapid";
+  for (const std::string& f : {dead_here, dead_old_format, live_here, dead_elsewhere, not_ours}) {
+    write_bytes(dir + "/" + f, junk);
+  }
+  const std::string warning = mwms::train::save_checkpoint(dir, sample(1));
+  CHECK_FALSE(exists(dir + "/" + dead_here));
+  CHECK_FALSE(exists(dir + "/" + dead_old_format));
+  CHECK(exists(dir + "/" + live_here));
+  CHECK(exists(dir + "/" + dead_elsewhere));
+  CHECK(exists(dir + "/" + not_ours));
+  CHECK_THAT(warning, Contains(dead_here) && Contains(dead_old_format) &&
+                          Contains("died before renaming"));
+  CHECK(mwms::train::read_checkpoint_file(dir + "/ckpt.bin", kParams).epochs_completed == 1);
+  // Nothing of this save's own is left behind, and a second save has nothing to say.
+  CHECK(mwms::train::save_checkpoint(dir, sample(2)).empty());
+  std::system(("rm -rf " + dir).c_str());
 }
