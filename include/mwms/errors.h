@@ -72,10 +72,24 @@ class MWMS_API InvalidUsage : public Error { using Error::Error; };
 
 /// TF_CONFIG, cluster resolution, rendezvous or ring formation failed (bad spec, port in use,
 /// peer never came up, differing cluster views). Fix the configuration and restart every task.
-class MWMS_API BootstrapError : public Error { using Error::Error; };
+/// (Error is a virtual base of BootstrapError and TimeoutError, so BootstrapTimeoutError is both
+/// with one Error inside: `catch (const Error&)` sees it once.)
+class MWMS_API BootstrapError : public virtual Error { using Error::Error; };
 
 /// An operation missed its deadline. The communicator is poisoned: rebuild it.
-class MWMS_API TimeoutError : public Error { using Error::Error; };
+class MWMS_API TimeoutError : public virtual Error { using Error::Error; };
+
+/// A bootstrap deadline expired (MWMS_CONNECT_TIMEOUT_SECONDS): a task never joined the
+/// rendezvous, the leader never answered, a link was never connected. Both a BootstrapError
+/// (its context: the task and address waited for) and a TimeoutError, so a caller that treats
+/// every missed deadline alike (`catch (const TimeoutError&)`) sees it, and one that handles
+/// start-up failures (`catch (const BootstrapError&)`) does too.
+class MWMS_API BootstrapTimeoutError : public BootstrapError, public TimeoutError {
+ public:
+  /// As Error's constructor.
+  explicit BootstrapTimeoutError(const std::string& message, ErrorContext context = {})
+      : Error(message, context), BootstrapError(message, context), TimeoutError(message, context) {}
+};
 
 /// A link to a peer failed (closed, reset, short read, corrupt frame, remote abort). The
 /// communicator is poisoned: rebuild it (usually: restart the job from a checkpoint).

@@ -228,7 +228,7 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const Pe
     if (!s.valid()) wait_log.tick([&] { return "rendezvous: waiting for " + leader; });
   }
   if (!s.valid()) {
-    throw BootstrapError(c->task_name() + " could not reach " + leader + " for " +
+    throw BootstrapTimeoutError(c->task_name() + " could not reach " + leader + " for " +
                              fmt_seconds(timeout) + " (last error: " + last_error +
                              "); is that task running with the same cluster?",
                          context_of(*c, 0));
@@ -255,13 +255,13 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const Pe
   }
   if (r.status != IoStatus::kOk) {
     double waited = std::chrono::duration<double>(common::Clock::now() - start).count();
-    throw BootstrapError(c->task_name() + " got no rendezvous answer from " + leader + " after " +
-                             fmt_seconds(waited) + " of " + fmt_seconds(timeout) +
-                             " (MWMS_CONNECT_TIMEOUT_SECONDS, + " +
-                             fmt_seconds(kAnswerMarginSeconds) + " margin): " + r.describe() +
-                             " (is a libmwms task listening there, or another program holding "
-                             "that port?)",
-                         context_of(*c, 0));
+    const std::string text =
+        c->task_name() + " got no rendezvous answer from " + leader + " after " +
+        fmt_seconds(waited) + " of " + fmt_seconds(timeout) + " (MWMS_CONNECT_TIMEOUT_SECONDS, + " +
+        fmt_seconds(kAnswerMarginSeconds) + " margin): " + r.describe() +
+        " (is a libmwms task listening there, or another program holding that port?)";
+    if (r.status == IoStatus::kTimeout) throw BootstrapTimeoutError(text, context_of(*c, 0));
+    throw BootstrapError(text, context_of(*c, 0));
   }
   json reply = kind == MessageKind::kReply ? json::parse(text, nullptr, false) : json();
   bool ok = reply.is_object() && reply.contains("ok") && reply["ok"].is_boolean();
@@ -269,6 +269,11 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const Pe
     std::string why = reply.contains("error") && reply["error"].is_string()
                           ? reply["error"].get<std::string>()
                           : std::string("no reason given");
+    // The leader's deadline expired (a task never arrived): a timeout here too.
+    if (reply.contains("timeout") && reply["timeout"].is_boolean() &&
+        reply["timeout"].get<bool>()) {
+      throw BootstrapTimeoutError("rendezvous failed: " + why, context_of(*c, 0));
+    }
     throw BootstrapError("rendezvous failed: " + why, context_of(*c, 0));
   }
   std::vector<std::string> ring;

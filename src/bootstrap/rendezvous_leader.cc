@@ -257,7 +257,8 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
     wait_log.tick([&] { return "rendezvous: waiting for " + missing_tasks(*c, a, true); });
   }
   std::string error = a.fatal;
-  if (error.empty() && a.arrived < n) {
+  const bool timed_out = error.empty() && a.arrived < n;
+  if (timed_out) {
     // Note [rendezvous admission]: each missing task with the refused hellos that claimed it.
     error = c->task_name() + " (" + c->ring[0] + ") waited " + fmt_seconds(timeout) +
             " for every task to join the rendezvous; never arrived: " +
@@ -266,12 +267,13 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
   json all = json::array();
   for (const PeerInfo& p : *peers) all.push_back(to_json(p));
   json reply = error.empty() ? json{{"ok", true}, {"ring", c->ring}, {"peers", all}}
-                             : json{{"ok", false}, {"error", error}};
+                             : json{{"ok", false}, {"error", error}, {"timeout", timed_out}};
   for (int r = 1; r < n; ++r) {
     if (a.conns[r].valid()) {
       send_message(a.conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
     }
   }
+  if (timed_out) throw BootstrapTimeoutError(error, context_of(*c));
   if (!error.empty()) throw BootstrapError(error, context_of(*c));
 }
 

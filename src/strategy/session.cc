@@ -25,7 +25,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A bootstrap deadline (BootstrapTimeoutError, also a TimeoutError) means the job could not be
+// formed: not a failure inside a running job, so never recovered from.
 bool recoverable(const Error& e) {
+  if (dynamic_cast<const BootstrapError*>(&e) != nullptr) return false;
   return dynamic_cast<const PeerError*>(&e) != nullptr ||
          dynamic_cast<const TimeoutError*>(&e) != nullptr;
 }

@@ -54,6 +54,8 @@ TEST_CASE("a peer that never comes up fails after the connect timeout and is nam
     CHECK_THAT(what, Contains("worker 1"));
     CHECK_THAT(what, Contains("localhost:" + std::to_string(ports[1])));
     CHECK_THAT(what, Contains("never arrived"));
+    // A missed deadline is a TimeoutError too (BootstrapTimeoutError is both, issue 20).
+    CHECK(dynamic_cast<const mwms::TimeoutError*>(&e) != nullptr);
   }
   // Worker 1 alone cannot reach worker 0.
   auto follower = mwms::resolve_tf_config(mwms::testing::make_tf_config(ports, 1, false));
@@ -65,6 +67,15 @@ TEST_CASE("a peer that never comes up fails after the connect timeout and is nam
     CHECK_THAT(what, Contains("worker 0"));
     CHECK_THAT(what, Contains("localhost:" + std::to_string(ports[0])));
     CHECK_THAT(what, Contains("1.5 s"));
+    CHECK(dynamic_cast<const mwms::TimeoutError*>(&e) != nullptr);
+  }
+  // Caught as a deadline, it keeps its bootstrap context.
+  try {
+    mwms::Communicator::create(follower, quick(1.0));
+    FAIL("expected TimeoutError");
+  } catch (const mwms::TimeoutError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("could not reach worker 0"));
+    CHECK(dynamic_cast<const mwms::BootstrapError*>(&e) != nullptr);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds < 10);

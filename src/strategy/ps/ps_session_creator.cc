@@ -45,8 +45,9 @@ ParameterServerStats ParameterServerSessionCreator::join(int max_recoveries) {
       stats.lost_workers.insert(stats.lost_workers.begin(), lost.begin(), lost.end());
       return stats;
     } catch (const Error& e) {
-      const bool peer = dynamic_cast<const PeerError*>(&e) != nullptr ||
-                        dynamic_cast<const TimeoutError*>(&e) != nullptr;
+      const bool peer = dynamic_cast<const BootstrapError*>(&e) == nullptr &&
+                        (dynamic_cast<const PeerError*>(&e) != nullptr ||
+                         dynamic_cast<const TimeoutError*>(&e) != nullptr);
       if (!peer || recoveries >= max_recoveries) throw;
       ParameterServerStats partial = strategy_ ? strategy_->stats() : ParameterServerStats{};
       lost.insert(lost.end(), partial.lost_workers.begin(), partial.lost_workers.end());

@@ -42,7 +42,8 @@ common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
   std::string error;
   common::Socket s = common::connect_tcp(host, port, deadline, &error);
   if (!s.valid()) {
-    throw BootstrapError(c.task_name() + " could not connect to " + c.task_name_of_rank(peer) +
+    throw BootstrapTimeoutError(c.task_name() + " could not connect to " +
+                                    c.task_name_of_rank(peer) +
                              " at " + address + " within " +
                              std::to_string(static_cast<int>(timeout)) + " s: " + error,
                          mesh_context(c, peer));
@@ -99,7 +100,8 @@ void accept_from_higher(const ResolvedCluster& c, const common::Socket& listener
   while (!missing().empty()) {
     std::optional<bootstrap::HandshakeEvent> ev = server.next(deadline);
     if (!ev) {
-      throw BootstrapError(c.task_name() + " waited " + std::to_string(static_cast<int>(timeout)) +
+      throw BootstrapTimeoutError(c.task_name() + " waited " +
+                                      std::to_string(static_cast<int>(timeout)) +
                                " s for its links; never connected: " + missing(),
                            mesh_context(c, n - 1));
     }
