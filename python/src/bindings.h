@@ -14,7 +14,7 @@ namespace mwms::python {
 namespace nb = nanobind;
 
 /// A reduce op as Python passes it: a ReduceOp member or its name ("sum", "mean", ...).
-using ReduceOpArg = std::variant<ReduceOp, std::string>;
+using ReduceOpArg = std::variant<std::string, ReduceOp>;
 /// The ReduceOp of `op`. @throws InvalidArgument (a ValueError in Python) for an unknown name.
 ReduceOp to_reduce_op(const ReduceOpArg& op);
 

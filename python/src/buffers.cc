@@ -69,27 +69,39 @@ bool c_contiguous(const nb::ndarray<nb::ro>& a) {
   return true;
 }
 
+// Imports `obj` without conversion into `b.array`; returns false when it exports neither
+// protocol (or a format nanobind does not know); sets `*read_only`.
+bool import_array(nb::handle obj, Buffer& b, bool* read_only) {
+  // Writable first: the read-only import also accepts writable arrays, so only its success
+  // after the writable one failed tells a read-only array.
+  nb::ndarray<> rw;
+  if (nb::try_cast(obj, rw, /*convert=*/false)) {
+    b.array = nb::ndarray<nb::ro>(rw);
+    *read_only = false;
+    return true;
+  }
+  *read_only = true;
+  return nb::try_cast(obj, b.array, /*convert=*/false);
+}
+
 }  // namespace
 
 Buffer import_buffer(nb::handle obj, const char* name, bool writable) {
   const std::string arg = std::string("argument '") + name + "'";
+  Buffer b;
+  bool read_only = false;
   bool bfloat16_view = false;
-  nb::object source = nb::borrow(obj);
-  if (is_ml_dtypes_bfloat16(obj)) {
-    source = obj.attr("view")(nb::str("uint16"));
+  if (!import_array(obj, b, &read_only)) {
+    // Checked only here, off the common path: numpy computes dtype.name in Python.
+    if (!is_ml_dtypes_bfloat16(obj) ||
+        !import_array(obj.attr("view")(nb::str("uint16")), b, &read_only)) {
+      throw nb::type_error((arg + " must be an array exporting DLPack or the buffer protocol "
+                            "(a NumPy array, a PyTorch CPU tensor, ...) of " + kSupported +
+                            ", not " + py_type_name(obj)).c_str());
+    }
     bfloat16_view = true;
   }
-  Buffer b;
-  // Writable first: the read-only import also accepts writable arrays, so only its success
-  // after the writable one failed tells a read-only array.
-  nb::ndarray<> rw;
-  if (nb::try_cast(source, rw, /*convert=*/false)) {
-    b.array = nb::ndarray<nb::ro>(rw);
-  } else if (!nb::try_cast(source, b.array, /*convert=*/false)) {
-    throw nb::type_error((arg + " must be an array exporting DLPack or the buffer protocol "
-                          "(a NumPy array, a PyTorch CPU tensor, ...) of " + kSupported +
-                          ", not " + py_type_name(obj)).c_str());
-  } else if (writable) {
+  if (writable && read_only) {
     throw InvalidArgument(arg + " is read-only; the collective writes its result into it in "
                           "place (pass a writable array, e.g. a.copy())");
   }

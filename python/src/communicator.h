@@ -25,12 +25,16 @@ struct PendingWork {
 class PyCommunicator {
  public:
   /// Rendezvous and links (Communicator::create), interruptibly.
-  PyCommunicator(const ResolvedCluster& cluster, const CommunicatorOptions& options);
+  /// With `interruptible`, blocking collectives run on the progress thread (waited for
+  /// interruptibly); without, on the calling thread.
+  PyCommunicator(const ResolvedCluster& cluster, const CommunicatorOptions& options,
+                 bool interruptible);
   /// Destroys the communicator with the GIL released; leaks it (and the buffers it may still
   /// write) when an interrupted collective is still running, rather than wait for its deadline.
   ~PyCommunicator();
 
   Communicator& comm() { return *comm_; }
+  bool interruptible() const { return interruptible_; }
   /// Queues `work` (already started) with its buffers and returns it.
   std::shared_ptr<Work> track(std::shared_ptr<Work> work, std::vector<Buffer> buffers);
   /// Waits interruptibly for `work` (started by `op`); rethrows its error.
@@ -47,6 +51,7 @@ class PyCommunicator {
   std::vector<PendingWork> pending_;
   std::shared_ptr<Job> stuck_job_;  // a finalize() interrupted while it ran
   bool interrupted_ = false;
+  bool interruptible_ = true;
 };
 
 /// The ReduceOp of `op` (a ReduceOp or its name).

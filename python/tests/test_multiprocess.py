@@ -13,11 +13,12 @@ import time
 import pytest
 
 
-def test_collectives_every_dtype(run_job):
-    tasks = run_job(2, "collectives")
+@pytest.mark.parametrize("interruptible", [True, False])
+def test_collectives_every_dtype(run_job, interruptible):
+    tasks = run_job(2, "collectives", env={"TEST_INTERRUPTIBLE": str(int(interruptible))})
     for rank, t in enumerate(tasks):
         rec = t.record("collectives")
-        assert rec["rank"] == rank
+        assert rec["rank"] == rank and rec["interruptible"] == interruptible
         expected = {"float32", "float64", "float16", "int32", "int64"}
         if importlib.util.find_spec("ml_dtypes"):
             expected.add("bfloat16")
