@@ -8,7 +8,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 
-#include <chrono>
 #include <utility>
 
 #include "mwms/errors.h"
@@ -21,30 +20,18 @@ ReduceOp to_reduce_op(const ReduceOpArg& op) {
 }
 
 PyCommunicator::PyCommunicator(const ResolvedCluster& cluster,
-                               const CommunicatorOptions& options, bool interruptible)
-    : interruptible_(interruptible) {
+                               const CommunicatorOptions& options) {
   // The Job owns what it builds: after an interrupt it finishes (or fails) on its own thread and
   // destroys the communicator there.
   auto built = std::make_shared<std::unique_ptr<Communicator>>();
-  std::shared_ptr<Job> stuck;
-  Job::run([built, cluster, options] { *built = Communicator::create(cluster, options); },
-           [] {}, &stuck);
+  Job::run([built, cluster, options] { *built = Communicator::create(cluster, options); });
   comm_ = std::move(*built);
 }
 
 PyCommunicator::~PyCommunicator() {
-  bool running = stuck_job_ && !stuck_job_->done();
-  for (auto& p : pending_) running = running || !p.work->test();
-  if (interrupted_ && running) {
-    // Its deadline may be minutes away: keep the communicator and the buffers its progress thread
-    // still writes for the rest of the process instead of blocking in the destructor.
-    (void)comm_.release();
-    (void)new std::vector<PendingWork>(std::move(pending_));
-    return;
-  }
   {
     nb::gil_scoped_release nogil;
-    comm_.reset();  // waits for outstanding asynchronous collectives, each under its deadline
+    comm_.reset();
   }
   pending_.clear();
 }
@@ -64,21 +51,14 @@ void PyCommunicator::prune() {
   pending_.resize(kept);
 }
 
-void PyCommunicator::interrupted(const char* op) {
-  interrupted_ = true;
-  comm_->abort(std::string("interrupted (KeyboardInterrupt or another signal) in ") + op +
-               " on rank " + std::to_string(comm_->rank()));
-}
-
-void PyCommunicator::wait(Work& work, const char* op) {
-  wait_work(work, [this, op] { interrupted(op); });
+void PyCommunicator::wait(Work& work, const char* op, double timeout_seconds) {
+  run_interruptibly(*comm_, op, [&] { work.wait(timeout_seconds); });
   prune();
 }
 
 void PyCommunicator::finalize() {
   prune();
-  Communicator* comm = comm_.get();
-  Job::run([comm] { comm->finalize(); }, [this] { interrupted("finalize"); }, &stuck_job_);
+  run_interruptibly(*comm_, "finalize", [this] { comm_->finalize(); });
   prune();
 }
 
@@ -94,33 +74,7 @@ class PyWork {
   bool test() { return work_->test(); }
 
   void wait(std::optional<double> timeout_seconds) {
-    PyCommunicator& comm = *nb::inst_ptr<PyCommunicator>(owner_);
-    if (!timeout_seconds || *timeout_seconds <= 0) {
-      comm.wait(*work_, op_);
-      return;
-    }
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + std::chrono::duration<double>(*timeout_seconds);
-    wait_interruptibly(
-        [&](double slice) {
-          const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-          if (left <= 0) {
-            if (work_->test()) return true;  // completed meanwhile: the next check rethrows
-            throw TimeoutError(std::string("asynchronous ") + op_ + " did not complete within " +
-                               std::to_string(*timeout_seconds) +
-                               " s of Work.wait (it keeps running under its own deadline)");
-          }
-          try {
-            work_->wait(std::min(slice, left));
-            return true;
-          } catch (const TimeoutError&) {
-            if (!work_->test()) return false;
-            work_->wait();
-            return true;
-          }
-        },
-        [&] { comm.interrupted(op_); });
-    if (work_->test()) comm.wait(*work_, op_);  // rethrows the collective's error, if any
+    nb::inst_ptr<PyCommunicator>(owner_)->wait(*work_, op_, timeout_seconds.value_or(0));
   }
 
   std::string repr() {
@@ -164,8 +118,8 @@ void check_count(const Buffer& big, const char* big_name, const Buffer& small,
 }
 
 // Each collective: imports and checks its arguments, then either runs it on the calling thread
-// with the GIL released (`direct`: a Communicator made with interruptible=False; returns null)
-// or starts it and returns its Work, tracked with its buffers.
+// with the GIL released, interruptibly (`direct`: the blocking form; returns null), or starts it
+// and returns its Work, tracked with its buffers.
 using Self = PyCommunicator;
 
 std::shared_ptr<Work> all_reduce_call(Self& self, bool direct, nb::handle tensor,
@@ -173,8 +127,8 @@ std::shared_ptr<Work> all_reduce_call(Self& self, bool direct, nb::handle tensor
   Buffer b = import_buffer(tensor, "tensor", true);
   ReduceOp rop = to_reduce_op(op);
   if (direct) {
-    nb::gil_scoped_release nogil;
-    self.comm().all_reduce(b.data, b.count, b.dtype, rop);
+    run_interruptibly(self.comm(), "all_reduce",
+                      [&] { self.comm().all_reduce(b.data, b.count, b.dtype, rop); });
     return nullptr;
   }
   auto work = self.comm().all_reduce_async(b.data, b.count, b.dtype, rop);
@@ -189,8 +143,9 @@ std::shared_ptr<Work> reduce_scatter_call(Self& self, bool direct, nb::handle se
   check_count(s, "send", r, "recv", self.comm().world_size(), "reduce_scatter");
   ReduceOp rop = to_reduce_op(op);
   if (direct) {
-    nb::gil_scoped_release nogil;
-    self.comm().reduce_scatter(s.data, r.data, r.count, r.dtype, rop);
+    run_interruptibly(self.comm(), "reduce_scatter", [&] {
+      self.comm().reduce_scatter(s.data, r.data, r.count, r.dtype, rop);
+    });
     return nullptr;
   }
   auto work = self.comm().reduce_scatter_async(s.data, r.data, r.count, r.dtype, rop);
@@ -204,8 +159,8 @@ std::shared_ptr<Work> all_gather_call(Self& self, bool direct, nb::handle send,
   check_same_dtype(s, r, "all_gather");
   check_count(r, "recv", s, "send", self.comm().world_size(), "all_gather");
   if (direct) {
-    nb::gil_scoped_release nogil;
-    self.comm().all_gather(s.data, r.data, s.count, s.dtype);
+    run_interruptibly(self.comm(), "all_gather",
+                      [&] { self.comm().all_gather(s.data, r.data, s.count, s.dtype); });
     return nullptr;
   }
   auto work = self.comm().all_gather_async(s.data, r.data, s.count, s.dtype);
@@ -215,8 +170,8 @@ std::shared_ptr<Work> all_gather_call(Self& self, bool direct, nb::handle send,
 std::shared_ptr<Work> broadcast_call(Self& self, bool direct, nb::handle tensor, int root) {
   Buffer b = import_buffer(tensor, "tensor", true);
   if (direct) {
-    nb::gil_scoped_release nogil;
-    self.comm().broadcast(b.data, b.count, b.dtype, root);
+    run_interruptibly(self.comm(), "broadcast",
+                      [&] { self.comm().broadcast(b.data, b.count, b.dtype, root); });
     return nullptr;
   }
   auto work = self.comm().broadcast_async(b.data, b.count, b.dtype, root);
@@ -225,28 +180,20 @@ std::shared_ptr<Work> broadcast_call(Self& self, bool direct, nb::handle tensor,
 
 std::shared_ptr<Work> barrier_call(Self& self, bool direct) {
   if (direct) {
-    nb::gil_scoped_release nogil;
-    self.comm().barrier();
+    run_interruptibly(self.comm(), "barrier", [&] { self.comm().barrier(); });
     return nullptr;
   }
   return self.track(self.comm().barrier_async(), {});
 }
 
-// Binds NAME (blocking: by default started, then waited for interruptibly) and NAME_async.
+// Binds NAME (blocking) and NAME_async.
 template <typename... Args, typename... Extra>
 void def_collective(nb::class_<PyCommunicator>& cls, const char* name,
                     std::shared_ptr<Work> (*call)(Self&, bool, Args...), const char* doc,
                     const char* async_doc, const Extra&... extra) {
   cls.def(
       name,
-      [call, name](Self& self, Args... args) {
-        if (!self.interruptible()) {
-          call(self, /*direct=*/true, args...);
-          return;
-        }
-        auto work = call(self, false, args...);
-        self.wait(*work, name);
-      },
+      [call](Self& self, Args... args) { call(self, /*direct=*/true, args...); },
       extra..., doc);
   const std::string async_name = std::string(name) + "_async";
   cls.def(
@@ -295,7 +242,7 @@ void bind_communicator(nb::module_& m) {
       "Buffers are NumPy arrays (or anything exporting DLPack or the buffer protocol) in host "
       "memory, C-contiguous, of float32, float64, float16, bfloat16 (ml_dtypes), int32 or "
       "int64; they are used in place, never copied. Blocking calls release the GIL, and Ctrl-C "
-      "interrupts them within about 0.1 s: the communicator is then aborted (peers fail with a "
+      "interrupts them (within 0.1 s on shared memory and TCP): the communicator is then aborted (peers fail with a "
       "PeerError naming this rank) and every later call raises InvalidUsage. One thread at a "
       "time per communicator. Use it as a context manager to finalize on exit (or abort when "
       "the block raises).");
@@ -303,8 +250,7 @@ void bind_communicator(nb::module_& m) {
       "__init__",
       [](Self* self, std::optional<ResolvedCluster> cluster, double timeout_seconds,
          double connect_timeout_seconds, std::optional<std::string> transport,
-         const std::string& algorithm, std::size_t chunk_bytes, long long small_message_bytes,
-         bool interruptible) {
+         const std::string& algorithm, std::size_t chunk_bytes, long long small_message_bytes) {
         CommunicatorOptions o;
         o.timeout_seconds = timeout_seconds;
         o.connect_timeout_seconds = connect_timeout_seconds;
@@ -312,13 +258,12 @@ void bind_communicator(nb::module_& m) {
         o.algorithm = algorithm;
         o.chunk_bytes = chunk_bytes;
         o.small_message_bytes = small_message_bytes;
-        new (self)
-            PyCommunicator(cluster ? *cluster : resolve_from_environment(), o, interruptible);
+        new (self) PyCommunicator(cluster ? *cluster : resolve_from_environment(), o);
       },
       nb::arg("cluster") = nb::none(), nb::kw_only(), nb::arg("timeout_seconds") = 0.0,
       nb::arg("connect_timeout_seconds") = 0.0, nb::arg("transport") = nb::none(),
       nb::arg("algorithm") = "", nb::arg("chunk_bytes") = 0,
-      nb::arg("small_message_bytes") = -1, nb::arg("interruptible") = true,
+      nb::arg("small_message_bytes") = -1,
       "Forms the ring of ``cluster`` (default: :func:`resolve`): rendezvous with every task and "
       "a link to every peer (shared memory on one host, TCP between hosts). Blocks until every "
       "rank has connected or ``connect_timeout_seconds`` (<= 0: MWMS_CONNECT_TIMEOUT_SECONDS, "
@@ -326,11 +271,7 @@ void bind_communicator(nb::module_& m) {
       "every collective; ``transport`` is ``'auto'``, ``'tcp'``, ``'shm'``, ``'mpi'`` or None "
       "(MWMS_TRANSPORT); ``algorithm`` forces ``'ring'``, ``'rd'``, ``'rhd'``, ``'gather'`` "
       "(empty: MWMS_ALGO); ``chunk_bytes`` (0: MWMS_CHUNK_BYTES) and ``small_message_bytes`` "
-      "(-1: MWMS_SMALL_MESSAGE_BYTES) as in C++ CommunicatorOptions. ``interruptible`` (default "
-      "True): blocking collectives run on the communicator's progress thread so that Ctrl-C "
-      "interrupts them; False runs them on the calling thread (GIL released), which saves two "
-      "thread wake-ups per call (small messages: ~20 us -> a few us) but then Ctrl-C waits "
-      "until the collective ends or its deadline passes (docs/python.md).\n\n"
+      "(-1: MWMS_SMALL_MESSAGE_BYTES) as in C++ CommunicatorOptions. Interruptible by Ctrl-C.\n\n"
       ":raises BootstrapError: a peer never came up, a port in use, differing cluster views.");
   cls.def_prop_ro("rank", [](Self& s) { return s.comm().rank(); },
                   "This process's rank, in [0, world_size).")

@@ -24,23 +24,17 @@ struct PendingWork {
 /// Owns the C++ Communicator behind mwms.Communicator (Note [python interrupts]).
 class PyCommunicator {
  public:
-  /// Rendezvous and links (Communicator::create), interruptibly.
-  /// With `interruptible`, blocking collectives run on the progress thread (waited for
-  /// interruptibly); without, on the calling thread.
-  PyCommunicator(const ResolvedCluster& cluster, const CommunicatorOptions& options,
-                 bool interruptible);
-  /// Destroys the communicator with the GIL released; leaks it (and the buffers it may still
-  /// write) when an interrupted collective is still running, rather than wait for its deadline.
+  /// Rendezvous and links (Communicator::create), on a Job: interruptible.
+  PyCommunicator(const ResolvedCluster& cluster, const CommunicatorOptions& options);
+  /// Destroys the communicator with the GIL released (it waits for outstanding asynchronous
+  /// collectives, each under its deadline), then drops their buffers.
   ~PyCommunicator();
 
   Communicator& comm() { return *comm_; }
-  bool interruptible() const { return interruptible_; }
-  /// Queues `work` (already started) with its buffers and returns it.
+  /// Keeps `buffers` alive until `work` (already started) has completed; returns `work`.
   std::shared_ptr<Work> track(std::shared_ptr<Work> work, std::vector<Buffer> buffers);
-  /// Waits interruptibly for `work` (started by `op`); rethrows its error.
-  void wait(Work& work, const char* op);
-  /// Aborts after a KeyboardInterrupt in `op` (or any signal handler's exception).
-  void interrupted(const char* op);
+  /// Waits for `work` (started by `op`) with the GIL released, interruptibly; rethrows its error.
+  void wait(Work& work, const char* op, double timeout_seconds = 0);
   /// Orderly shutdown (Communicator::finalize), interruptibly.
   void finalize();
   /// Drops the buffers of collectives that have completed. Under the GIL.
@@ -49,9 +43,6 @@ class PyCommunicator {
  private:
   std::unique_ptr<Communicator> comm_;
   std::vector<PendingWork> pending_;
-  std::shared_ptr<Job> stuck_job_;  // a finalize() interrupted while it ran
-  bool interrupted_ = false;
-  bool interruptible_ = true;
 };
 
 /// The ReduceOp of `op` (a ReduceOp or its name).

@@ -1,13 +1,18 @@
-// Note [python interrupts]: a blocking call must let Ctrl-C through within about a second even
-// when a peer never arrives (its deadline may be minutes away). CPython runs signal handlers only
-// on the main thread between bytecodes, so the collective itself never runs on the calling
-// thread: it runs on another thread (the communicator's progress thread through the C++ *_async
-// calls, or a Job thread for the strategy's calls) while the caller waits with the GIL released,
-// in slices of kSliceSeconds, running Python's signal handlers between slices. When a handler
-// raises (KeyboardInterrupt), the caller aborts the communicator (peers fail at once with a
-// PeerError naming this rank; this rank's later calls raise InvalidUsage) and the exception
-// propagates. The collective still running then holds the caller's buffers until it fails, so
-// the Python objects keep them (and, if it never ends, the C++ object) alive.
+// Note [python interrupts]: Ctrl-C must stop a blocking call within about a second even when a
+// peer never arrives (its deadline may be minutes away), without slowing small collectives.
+// Blocking calls run on the calling thread with the GIL released. While one runs on the main
+// thread, a SIGINT handler of ours sits in front of Python's (checked by one sigaction(2) query
+// per call, since signal.signal() puts Python's back): it writes a byte to a pipe that a watcher
+// thread reads, then calls Python's handler, which records the signal as always. When SIGINT's
+// Python handler is the default one (it raises KeyboardInterrupt), the watcher calls
+// Communicator::abort() on the communicator the call runs on; the library then fails the blocked
+// collective at its next wait slice (Note [local abort] in the engine: ~10 ms on shared memory,
+// ~100 ms on TCP) and tells the peers; the call comes back with an InvalidUsage, and the pending
+// KeyboardInterrupt is raised in its place. A handler of the program's own is left alone: it
+// runs when the call returns. Python's wakeup fd is not touched (CPython does not export
+// PySignal_SetWakeupFd, and asyncio owns it). Creating a communicator, which has nothing to
+// abort yet, runs on a Job thread instead, waited for in slices between which Python's handlers
+// run.
 #pragma once
 
 #include <condition_variable>
@@ -21,35 +26,42 @@
 
 namespace mwms::python {
 
-/// Longest time a blocked call goes without running Python's signal handlers.
+/// Longest time a Job wait goes without running Python's signal handlers.
 constexpr double kSliceSeconds = 0.1;
 
-/// Waits until `wait_slice(seconds)` returns true (done; it throws the operation's error), with
-/// the GIL released, running Python's signal handlers every slice. Call with the GIL held. When a
-/// handler raises, calls `on_interrupt()` (with the GIL held; it must not throw) and throws
-/// nb::python_error carrying the handler's exception.
-void wait_interruptibly(const std::function<bool(double)>& wait_slice,
-                        const std::function<void()>& on_interrupt);
+/// Arms the watcher for one blocking call on `comm` (Note [python interrupts]). Construct and
+/// destroy with the GIL held; between them, release the GIL and block. Does nothing off the main
+/// thread (only the main thread gets KeyboardInterrupt).
+class InterruptScope {
+ public:
+  InterruptScope(Communicator& comm, const char* op);
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  /// Call with the GIL held when the blocking call failed: when the watcher aborted it, runs
+  /// Python's signal handlers and throws nb::python_error (KeyboardInterrupt) if one raised.
+  void raise_if_interrupted();
 
-/// wait_interruptibly() on a C++ Work: returns when it completed, rethrows its error.
-void wait_work(Work& work, const std::function<void()>& on_interrupt);
+ private:
+  bool armed_ = false;
+  int previous_fd_ = -1;
+};
+
+/// Runs `call` (blocking, no Python objects) with the GIL released under an InterruptScope on
+/// `comm`; rethrows its error, or the KeyboardInterrupt that aborted it.
+void run_interruptibly(Communicator& comm, const char* op, const std::function<void()>& call);
 
 /// A function running on a thread of its own (detached), so that the caller can wait for it
 /// interruptibly. The function must not touch Python objects.
 class Job {
  public:
-  /// Starts `fn` on a new thread.
-  static std::shared_ptr<Job> start(std::function<void()> fn);
-  /// Waits up to `seconds`; true when `fn` has returned; rethrows what it threw.
-  bool wait_for(double seconds);
-  /// True once `fn` has returned (or thrown). Never blocks.
-  bool done();
-  /// Runs `fn` on a Job and waits for it interruptibly (wait_interruptibly); on an interrupt
-  /// returns the still running Job through `*stuck` before throwing.
-  static void run(std::function<void()> fn, const std::function<void()>& on_interrupt,
-                  std::shared_ptr<Job>* stuck);
+  /// Starts `fn` on a new thread and waits for it with the GIL released, running Python's
+  /// signal handlers every kSliceSeconds; when one raises, throws nb::python_error and leaves
+  /// `fn` to finish on its own (it must own everything it uses).
+  static void run(std::function<void()> fn);
 
  private:
+  bool wait_for(double seconds);
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -1,6 +1,6 @@
-// mwms.MultiWorkerMirroredStrategy over include/mwms/strategy.h. Its blocking calls run on a Job
-// thread and are waited for interruptibly (Note [python interrupts]); on an interrupt the
-// strategy's communicator is aborted.
+// mwms.MultiWorkerMirroredStrategy over include/mwms/strategy.h. Its blocking calls run on the
+// calling thread with the GIL released; Ctrl-C aborts the strategy's communicator (Note [python
+// interrupts]).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
@@ -39,67 +39,46 @@ Compression to_compression(const std::string& name) {
 class PyStrategy {
  public:
   PyStrategy(const ResolvedCluster& cluster, const CommunicationOptions& options) {
+    // On a Job (the rendezvous has nothing to abort yet), which owns what it builds.
     auto built = std::make_shared<std::unique_ptr<MultiWorkerMirroredStrategy>>();
-    std::shared_ptr<Job> stuck;
     Job::run([built, cluster, options] {
-               *built = std::make_unique<MultiWorkerMirroredStrategy>(cluster, options);
-             },
-             [] {}, &stuck);
+      *built = std::make_unique<MultiWorkerMirroredStrategy>(cluster, options);
+    });
     strategy_ = std::move(*built);
   }
 
   ~PyStrategy() {
-    if (stuck_ && !stuck_->done()) {
-      // An interrupted call still runs on its thread, in this strategy and these buffers:
-      // keep both for the rest of the process rather than wait for its deadline.
-      (void)strategy_.release();
-      (void)new std::vector<Buffer>(std::move(stuck_buffers_));
-      return;
-    }
     nb::gil_scoped_release nogil;
     strategy_.reset();
   }
 
   MultiWorkerMirroredStrategy& get() { return *strategy_; }
 
-  // Runs `fn` on a Job, interruptibly; `buffers` stay alive while it may run.
-  void run(const char* op, std::function<void()> fn, std::vector<Buffer> buffers) {
-    if (stuck_ && !stuck_->done()) {
-      throw InvalidUsage(std::string(op) + " called while the call interrupted earlier still "
-                         "runs; the strategy's communicator was aborted: create a new strategy");
-    }
-    MultiWorkerMirroredStrategy* s = strategy_.get();
-    Job::run(std::move(fn),
-             [&] {
-               s->communicator().abort(std::string("interrupted (KeyboardInterrupt or another "
-                                                   "signal) in ") + op + " on rank " +
-                                       std::to_string(s->worker_index()));
-               stuck_buffers_ = std::move(buffers);
-             },
-             &stuck_);
+  // Runs a blocking call on the calling thread, interruptibly (Note [python interrupts]).
+  void run(const char* op, const std::function<void()>& call) {
+    run_interruptibly(strategy_->communicator(), op, call);
   }
 
   void collective_on_tensors(const char* op, nb::handle tensors, bool gradients, ReduceOp rop) {
-    std::vector<Buffer> buffers;
+    std::vector<Buffer> buffers;  // hold the imports while the call runs
     std::vector<TensorRef> refs;
     std::size_t i = 0;
     for (nb::handle t : tensors) {
-      const std::string name = (gradients ? "gradients[" : "variables[") + std::to_string(i++) + "]";
+      const std::string name =
+          (gradients ? "gradients[" : "variables[") + std::to_string(i++) + "]";
       buffers.push_back(import_buffer(t, name.c_str(), true));
       refs.push_back(TensorRef{buffers.back().data, buffers.back().count, buffers.back().dtype});
     }
     MultiWorkerMirroredStrategy* s = strategy_.get();
     if (gradients) {
-      run(op, [s, refs, rop] { s->all_reduce_gradients(refs, rop); }, std::move(buffers));
+      run(op, [s, &refs, rop] { s->all_reduce_gradients(refs, rop); });
     } else {
-      run(op, [s, refs] { s->broadcast_variables(refs); }, std::move(buffers));
+      run(op, [s, &refs] { s->broadcast_variables(refs); });
     }
   }
 
  private:
   std::unique_ptr<MultiWorkerMirroredStrategy> strategy_;
-  std::shared_ptr<Job> stuck_;          // a call interrupted while it ran
-  std::vector<Buffer> stuck_buffers_;  // what it may still write
 };
 
 }  // namespace
@@ -198,9 +177,9 @@ void bind_strategy(nb::module_& m) {
       [](PyStrategy& s, const ReduceOpArg& op, double value) {
         ReduceOp rop = to_reduce_op(op);
         MultiWorkerMirroredStrategy* st = &s.get();
-        auto result = std::make_shared<double>(0);
-        s.run("reduce", [st, rop, value, result] { *result = st->reduce(rop, value); }, {});
-        return *result;
+        double result = 0;
+        s.run("reduce", [&] { result = st->reduce(rop, value); });
+        return result;
       },
       nb::arg("op"), nb::arg("value"),
       "Reduces one number across workers (tf.distribute.Strategy.reduce of a per-replica "
@@ -209,7 +188,7 @@ void bind_strategy(nb::module_& m) {
       "finalize",
       [](PyStrategy& s) {
         MultiWorkerMirroredStrategy* st = &s.get();
-        s.run("finalize", [st] { st->finalize(); }, {});
+        s.run("finalize", [st] { st->finalize(); });
       },
       "Orderly shutdown of the strategy's communicator: every worker calls it once after its "
       "last step (a barrier, then every peer is told). Later collectives raise InvalidUsage.");

@@ -13,12 +13,11 @@ import time
 import pytest
 
 
-@pytest.mark.parametrize("interruptible", [True, False])
-def test_collectives_every_dtype(run_job, interruptible):
-    tasks = run_job(2, "collectives", env={"TEST_INTERRUPTIBLE": str(int(interruptible))})
+def test_collectives_every_dtype(run_job):
+    tasks = run_job(2, "collectives")
     for rank, t in enumerate(tasks):
         rec = t.record("collectives")
-        assert rec["rank"] == rank and rec["interruptible"] == interruptible
+        assert rec["rank"] == rank
         expected = {"float32", "float64", "float16", "int32", "int64"}
         if importlib.util.find_spec("ml_dtypes"):
             expected.add("bfloat16")
@@ -53,8 +52,9 @@ def test_timeout_names_the_late_rank(run_job):
     assert err["peer_rank"] == 1 and err["timeout_seconds"] == 1
 
 
-def test_ctrl_c_interrupts_a_blocked_collective(start_job):
-    job = start_job(3, "interrupt")
+@pytest.mark.parametrize("transport", ["auto", "tcp"])  # shared memory, TCP
+def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport):
+    job = start_job(3, "interrupt", env={"MWMS_TRANSPORT": transport})
     job.wait_for_line(0, "BLOCKING")
     job.wait_for_line(1, "BLOCKING")
     time.sleep(0.5)  # both inside the all_reduce, waiting for rank 2
@@ -71,6 +71,17 @@ def test_ctrl_c_interrupts_a_blocked_collective(start_job):
     peer = tasks[1].record("peer_error")
     assert peer["peer_rank"] == 0 and "interrupted" in peer["what"]
     assert peer["at"] - sent < 2.0
+
+
+def test_custom_sigint_handler_is_left_alone(start_job):
+    job = start_job(2, "custom_handler")
+    job.wait_for_line(0, "BLOCKING")
+    time.sleep(0.5)  # inside the all_reduce, waiting for rank 1
+    job.procs[0].send_signal(signal.SIGINT)
+    tasks = job.finish(timeout=60)
+    for t in tasks:
+        assert t.returncode == 0, t.stdout + t.stderr
+    assert tasks[0].record("custom_handler")["seen"] == [signal.SIGINT]
 
 
 def test_strategy(run_job):
