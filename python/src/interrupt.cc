@@ -29,16 +29,16 @@ struct Watcher {
   bool aborted = false;           // the watcher aborted the armed call
 };
 
-Watcher* g_watcher = nullptr;
+std::atomic<Watcher*> g_watcher{nullptr};  // lock-free: read by the signal handler
 struct sigaction g_chained;  // Python's SIGINT action, called by ours
 
 // Async-signal-safe: a byte to the watcher, then Python's own handler (which records the signal
 // for the main thread's next check and writes Python's wakeup fd).
 void on_sigint(int signo, siginfo_t* info, void* context) {
   const int saved_errno = errno;
-  if (g_watcher != nullptr) {
+  if (Watcher* w = g_watcher.load(std::memory_order_acquire)) {
     const unsigned char byte = static_cast<unsigned char>(signo);
-    (void)!::write(g_watcher->write_fd, &byte, 1);
+    (void)!::write(w->write_fd, &byte, 1);
   }
   errno = saved_errno;
   if (g_chained.sa_flags & SA_SIGINFO) {
@@ -96,10 +96,14 @@ Watcher* watcher() {
     created->read_fd = fds[0];
     created->write_fd = fds[1];
     std::thread([created] { watch(created); }).detach();
-    g_watcher = created;
+    g_watcher.store(created, std::memory_order_release);
+    // A forked child has no watcher thread and must not wake its parent's: its SIGINTs only go
+    // to Python's handler (the child's calls are then not interruptible by Ctrl-C).
+    pthread_atfork(nullptr, nullptr, [] { g_watcher.store(nullptr); });
     return created;
   }();
-  return w->write_fd >= 0 ? w : nullptr;
+  (void)w;
+  return g_watcher.load(std::memory_order_acquire);  // null when the pipe failed, and in a forked child
 }
 
 // Puts on_sigint in front of the current SIGINT action, unless it is there already (checked on
