@@ -45,7 +45,4 @@ class PyCommunicator {
   std::vector<PendingWork> pending_;
 };
 
-/// The ReduceOp of `op` (a ReduceOp or its name).
-ReduceOp to_reduce_op(const ReduceOpArg& op);
-
 }  // namespace mwms::python
