@@ -158,3 +158,51 @@ def test_surface_documented():
             if not attr.startswith("_"):
                 assert getattr(cls, attr).__doc__, f"{cls.__name__}.{attr} has no docstring"
     assert mwms.HAVE_MPI in (True, False) and mwms.__version__
+
+
+LAUNCHER_VARS = ("TF_CONFIG", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "RANK",
+                 "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+                 "SLURM_NTASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
+                 "SLURM_LOCALID")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for var in LAUNCHER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_resolve_launchers(clean_env):
+    assert mwms.resolve().source == "default" and mwms.resolve().world_size == 1
+    clean_env.setenv("RANK", "1")
+    clean_env.setenv("WORLD_SIZE", "2")
+    clean_env.setenv("LOCAL_RANK", "1")
+    clean_env.setenv("MASTER_ADDR", "127.0.0.1")
+    clean_env.setenv("MASTER_PORT", "29500")
+    t = mwms.resolve()
+    assert (t.source, t.rank, t.world_size, t.local_rank, t.is_chief) == ("torchrun", 1, 2, 1,
+                                                                         False)
+    assert t.ring == ["127.0.0.1:29500"] and t.task_name == "torchrun rank 1"
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        clean_env.delenv(var)
+    clean_env.setenv("SLURM_PROCID", "1")
+    clean_env.setenv("SLURM_NTASKS", "2")
+    clean_env.setenv("SLURM_STEP_NODELIST", "node[1-2]")
+    clean_env.setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)")
+    s = mwms.resolve()
+    assert (s.source, s.rank, s.world_size) == ("slurm", 1, 2)
+    assert s.cluster_spec == {"worker": [a for a in s.ring]} and s.ring[0].startswith("node1:")
+
+
+def test_mpirun_without_mpi_in_the_build(clean_env):
+    clean_env.setenv("OMPI_COMM_WORLD_RANK", "0")
+    clean_env.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    clean_env.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    c = mwms.resolve()  # the launcher's variables are read whatever the build
+    assert (c.source, c.rank, c.world_size, c.task_name) == ("mpi", 0, 2, "mpi rank 0")
+    if mwms.HAVE_MPI:
+        pytest.skip("this build has MPI: the communicator would start MPI")
+    with pytest.raises(mwms.BootstrapError, match="built without MPI"):
+        mwms.Communicator(c)
