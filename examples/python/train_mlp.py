@@ -4,12 +4,13 @@ written in NumPy, trained data-parallel through mwms.MultiWorkerMirroredStrategy
     mwmsrun -np 2 -- python examples/python/train_mlp.py            # 2 workers, one TF_CONFIG each
     python examples/python/train_mlp.py --epochs 1                    # one process
 
-Same recipe as `build/bin/train --model mlp` (docs/python.md, "Example"): Glorot-uniform weights,
-zero biases, pixels standardised with the training set's mean and deviation, a global batch of 64 split between the workers (batch_shard), each
-worker's gradient of its rows' summed loss divided by the GLOBAL batch size
-(tf.nn.compute_average_loss), summed across workers by all_reduce_gradients, then TF's
-ApplyMomentum on every worker. Every epoch reshuffles the training set from the seed; every worker
-draws the same permutation and takes its own rows of each global batch.
+Same recipe as `build/bin/train --model mlp` (docs/python.md, "Example"): Glorot-uniform
+weights, zero biases, pixels standardised with the training set's mean and deviation, a global
+batch of 64 split between the workers (batch_shard), each worker's gradient of its rows' summed
+loss divided by the GLOBAL batch size (tf.nn.compute_average_loss), summed across workers by
+all_reduce_gradients, then TF's ApplyMomentum on every worker. Every epoch reshuffles the
+training set from the seed; every worker draws the same permutation and takes its own rows of
+each global batch.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-// mwms.Communicator, mwms.Work and mwms.ReduceOp over include/mwms/communicator.h. Every blocking
-// collective runs as the C++ *_async call and is waited for interruptibly (Note [python
-// interrupts]); buffers are imported in place (Note [python buffers]).
+// mwms.Communicator, mwms.Work and mwms.ReduceOp over include/mwms/communicator.h. Blocking
+// collectives run on the calling thread with the GIL released, interruptibly (Note [python
+// interrupts]); the *_async ones return the C++ Work; buffers are imported in place (Note [python
+// buffers]).
 #include "communicator.h"
 
 #include <nanobind/stl/optional.h>
@@ -242,7 +243,7 @@ void bind_communicator(nb::module_& m) {
       "Buffers are NumPy arrays (or anything exporting DLPack or the buffer protocol) in host "
       "memory, C-contiguous, of float32, float64, float16, bfloat16 (ml_dtypes), int32 or "
       "int64; they are used in place, never copied. Blocking calls release the GIL, and Ctrl-C "
-      "interrupts them (within 0.1 s on shared memory and TCP): the communicator is then aborted (peers fail with a "
+      "interrupts them within about 0.1 s: the communicator is then aborted (peers fail with a "
       "PeerError naming this rank) and every later call raises InvalidUsage. One thread at a "
       "time per communicator. Use it as a context manager to finalize on exit (or abort when "
       "the block raises).");

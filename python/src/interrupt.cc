@@ -103,7 +103,8 @@ Watcher* watcher() {
     return created;
   }();
   (void)w;
-  return g_watcher.load(std::memory_order_acquire);  // null when the pipe failed, and in a forked child
+  // Null when the pipe failed, and in a forked child.
+  return g_watcher.load(std::memory_order_acquire);
 }
 
 // Puts on_sigint in front of the current SIGINT action, unless it is there already (checked on

@@ -145,7 +145,8 @@ void bind_strategy(nb::module_& m) {
         Shard shard = s.get().batch_shard(global_batch_size);
         return nb::slice(nb::int_(shard.begin), nb::int_(shard.end), nb::none());
       },
-      nb::arg("global_batch_size"), nb::sig("def batch_shard(self, global_batch_size: int) -> slice"),
+      nb::arg("global_batch_size"),
+      nb::sig("def batch_shard(self, global_batch_size: int) -> slice"),
       "This worker's rows of a global batch, as a slice: contiguous, sizes differing by at most "
       "one (the first global_batch_size % num_workers workers get one more). "
       "``x[strategy.batch_shard(len(x))]`` is this worker's part. Does not block.");

@@ -11,7 +11,7 @@ import os
 import socket
 import subprocess
 import sys
-import time
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -47,6 +47,7 @@ class Job:
             socks.append(s)
         self.addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
         self.procs: List[subprocess.Popen] = []
+        self.early: Dict[int, List[str]] = {i: [] for i in range(n)}  # lines read before finish()
         for i, s in enumerate(socks):
             e = dict(os.environ)
             for var in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
@@ -65,18 +66,24 @@ class Job:
             s.close()
 
     def wait_for_line(self, rank: int, prefix: str, timeout: float = 30) -> str:
-        """Reads rank's stdout until a line starting with `prefix` (the rest stays unread)."""
+        """Reads rank's stdout until a line starting with `prefix` (the rest stays unread), for
+        at most `timeout` seconds (the reader thread ends when the process does)."""
         proc = self.procs[rank]
-        deadline = time.monotonic() + timeout
-        self.early = getattr(self, "early", {i: [] for i in range(len(self.procs))})
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            self.early[rank].append(line)
-            if line.startswith(prefix):
-                return line
-        raise AssertionError(f"rank {rank} printed no '{prefix}' line")
+        found: List[str] = []
+
+        def read() -> None:
+            for line in iter(proc.stdout.readline, ""):
+                self.early[rank].append(line)
+                if line.startswith(prefix):
+                    found.append(line)
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not found:
+            raise AssertionError(f"rank {rank} printed no '{prefix}' line in {timeout} s")
+        return found[0]
 
     def finish(self, timeout: float = 60) -> List[Task]:
         tasks = []
@@ -88,7 +95,7 @@ class Job:
                     q.kill()
                 out, err = p.communicate()
                 raise AssertionError(f"rank {i} did not finish in {timeout} s:\n{out}\n{err}")
-            out = "".join(getattr(self, "early", {}).get(i, [])) + out
+            out = "".join(self.early[i]) + out
             records = [json.loads(line[len("RECORD "):]) for line in out.splitlines()
                        if line.startswith("RECORD ")]
             tasks.append(Task(p.returncode, out, err, records))
