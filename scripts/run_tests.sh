@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test job: install dependencies, build (same build/ as run_main.sh), run every CTest test.
-# Exits with ctest's status.
+# The test job: install dependencies, build (same build/ as run_main.sh), run every CTest test,
+# then build the Python package into a venv (build/venv) and run its pytest suite
+# (docs/python.md). Fails when either fails (pytest's "no tests collected" included).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,4 +14,27 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
 # -j1: multi-process tests bind loopback ports and share 2 cores; in parallel they time out.
 # --timeout: a hung test fails after 10 minutes instead of blocking the job.
-ctest --test-dir build --output-on-failure -j1 --timeout 600
+ctest_status=0
+ctest --test-dir build --output-on-failure -j1 --timeout 600 || ctest_status=$?
+
+# The Python package: `pip install ./python` (scikit-build-core + nanobind from PyPI compile the
+# extension against this repository's CMake targets, in python/build/), then its tests.
+python_start=$SECONDS
+python_status=0
+python_tests() {  # (set -e does not apply inside a function called before ||: each step says)
+  local venv=build/venv pip=(build/venv/bin/python -m pip install --quiet --disable-pip-version-check)
+  [[ -x $venv/bin/python ]] || python3 -m venv "$venv" || return
+  "${pip[@]}" pytest numpy ml_dtypes || return
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} "${pip[@]}" ./python || return
+  # From build/, so that `import mwms` finds the installed package, not the sources in python/.
+  # Any non-zero status fails the job, 5 (no test collected) too.
+  (cd build && venv/bin/python -m pytest -q -p no:cacheprovider ../python/tests)
+}
+python_tests || python_status=$?
+echo "run_tests.sh: Python package build and tests took $((SECONDS - python_start)) s" \
+  "(exit $python_status)"
+
+if [[ $ctest_status -ne 0 ]]; then
+  exit "$ctest_status"
+fi
+exit "$python_status"

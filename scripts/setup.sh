@@ -16,6 +16,7 @@ packages=(
   libcli11-dev                           # command lines of train and the bench tools
   iproute2                               # tests: test hosts in network namespaces (ip, tc)
   doxygen                                # tests: every public declaration documented
+  python3-dev python3-venv               # the Python package (python/, docs/python.md) and its tests
 )
 
 # Optional, for the bench only (all_reduce_perf --compare gloo): installed after the required

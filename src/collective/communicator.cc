@@ -302,7 +302,7 @@ class FrontEnd final : public Communicator {
       }
       {
         std::lock_guard<std::mutex> lock(poison_mutex_);
-        poisoned_ = e.what();
+        if (poisoned_.empty()) poisoned_ = e.what();  // an abort() that caused this one stays
         poisoned_flag_.store(true, std::memory_order_release);
       }
       int failed = e.context().peer_rank >= 0 ? e.context().peer_rank : rank();

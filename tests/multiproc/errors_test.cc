@@ -464,6 +464,57 @@ TEST_CASE("abort tells the peers which rank gave up and why", "[tcp][fault]") {
   }
 }
 
+TEST_CASE("abort from another thread fails this rank's own blocked collective at once",
+          "[tcp][fault]") {
+  // Note [local abort]: rank 1 never joins; rank 0's all_reduce would wait for its 30 s
+  // deadline, but a second thread of rank 0 aborts after 0.3 s (as a signal watcher does).
+  const mwms::TransportChoice transport =
+      GENERATE(mwms::TransportChoice::kTcp, mwms::TransportChoice::kShm);
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [transport](int rank, const std::string& tf_config, auto report) {
+    mwms::CommunicatorOptions o = quick(10, 30);
+    o.transport = transport;
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
+    if (rank == 1) {
+      ::sleep(3);
+      return;
+    }
+    std::vector<float> v(1024, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    std::thread watcher([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm->abort("interrupted by the user");
+    });
+    try {
+      comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+      report("all_reduce returned");
+    } catch (const mwms::InvalidUsage& e) {
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      report(std::string("stopped after ") + (s < 1.5 ? "under 1.5 s: " : "too long: ") +
+             e.what());
+    }
+    watcher.join();
+    try {
+      comm->barrier();
+    } catch (const mwms::InvalidUsage& e) {
+      report(std::string("then: ") + e.what());
+    }
+  });
+  INFO(mwms::testing::describe(results));
+  CHECK(results[0].exit_code == 0);
+  CHECK(results[1].exit_code == 0);
+  CHECK_THAT(results[0].output,
+             Contains("stopped after under 1.5 s: communicator aborted by this process while "
+                      "rank 0 waited in all_reduce seq 0: interrupted by the user"));
+  // The poisoned communicator repeats the abort's own reason, not the error it caused.
+  CHECK_THAT(results[0].output,
+             Contains("then: communicator is unusable after an earlier failure; rebuild it "
+                      "(restart the job): aborted by this process: interrupted by the user"));
+}
+
 TEST_CASE("ranks opening different numbers of TCP streams fail naming MWMS_NSOCKS_PERPEER",
           "[tcp][fault]") {
   LaunchOptions opts;

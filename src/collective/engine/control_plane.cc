@@ -199,6 +199,14 @@ void ControlPlane::drain(int peer, const ErrorContext& ctx) {
 void ControlPlane::send_abort(int failed_rank, const std::string& reason, AbortCause cause,
                               FailureCause why) noexcept {
   if (abort_sent_.exchange(true)) return;
+  // Note [local abort]: a collective of this rank blocked on another thread (abort() is called
+  // from a signal watcher, a watchdog, ...) stops at its next wait slice instead of waiting for
+  // the peers or its deadline.
+  try {
+    gave_up_reason_ = reason;
+  } catch (...) {  // bad_alloc: the flag still stops the waits
+  }
+  gave_up_.store(true, std::memory_order_release);
   FrameHeader h;
   h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
   h.root = failed_rank;

@@ -172,6 +172,12 @@ class ControlPlane {
   /// ErrorContext::cause (Note [no finalize after a stall] reads it).
   void send_abort(int failed_rank, const std::string& reason, AbortCause cause,
                   FailureCause why) noexcept;
+  /// True once this rank sent its own abort (send_abort: Communicator::abort() or a failure of
+  /// its own), not when it only relayed a peer's. Thread safe. Note [local abort]: the runner's
+  /// waits check it, so a collective blocked on one thread fails when another thread aborts.
+  bool gave_up() const noexcept { return gave_up_.load(std::memory_order_acquire); }
+  /// The reason given to the send_abort() that made gave_up() true. Read only after gave_up().
+  const std::string& gave_up_reason() const noexcept { return gave_up_reason_; }
   /// Tells every peer that this rank waits for `waited` in collective `seq` (Note [stall blame]).
   void send_stall_notice(std::uint64_t seq, int waited) noexcept;
   /// Tells every peer that this rank finalized after `collectives` collectives (Note
@@ -210,6 +216,8 @@ class ControlPlane {
   int first_finalized_ = -1;                   // the rank that finalized after fewest collectives
   std::uint64_t first_finalized_seq_ = 0;
   std::atomic<bool> abort_sent_{false};
+  std::atomic<bool> gave_up_{false};  // Note [local abort]
+  std::string gave_up_reason_;        // written once, before gave_up_ is set
   bool finalized_sent_ = false;  // under writer_
 
   // Note [heartbeat].

@@ -289,6 +289,13 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                        c);
   }
   if (control_ != nullptr) throw_if_finalized(seq, ctx);
+  if (control_ != nullptr && control_->gave_up()) {
+    // Note [local abort] (control_plane.h): another thread of this process aborted.
+    throw InvalidUsage("communicator aborted by this process while rank " +
+                           std::to_string(ctx.rank) + " waited in " + ctx.op + " seq " +
+                           std::to_string(seq) + ": " + control_->gave_up_reason(),
+                       ctx);
+  }
   if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
   // A peer whose control link closed may still have left its last bytes in shared memory: it is
   // dead only if the links were polled after the close was seen and nothing moved, so this is

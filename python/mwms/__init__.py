@@ -1,0 +1,23 @@
+"""libmwms for Python: TF-style multi-worker collectives over NumPy buffers, without copies.
+
+One implementation: every call goes to the C++ library (include/mwms) through the ``_mwms``
+extension. See docs/python.md.
+
+>>> import mwms, numpy as np
+>>> cluster = mwms.resolve()                 # TF_CONFIG, mpirun, torchrun, Slurm or one process
+>>> with mwms.Communicator(cluster) as comm:  # finalize() on exit
+...     grad = np.ones(1024, dtype=np.float32)
+...     comm.all_reduce(grad, "sum")          # in place
+"""
+from ._errors import (BackendError, BootstrapError, CheckpointError, CollectiveMismatchError,
+                      Error, InternalError, InvalidArgument, InvalidUsage, PeerError,
+                      ReplicaError, TimeoutError)
+from ._mwms import (HAVE_CUDA, HAVE_MPI, Cluster, Communicator, MultiWorkerMirroredStrategy,
+                    ReduceOp, Work, __version__, resolve, resolve_explicit, resolve_flags)
+
+__all__ = [
+    "BackendError", "BootstrapError", "CheckpointError", "Cluster", "CollectiveMismatchError",
+    "Communicator", "Error", "HAVE_CUDA", "HAVE_MPI", "InternalError", "InvalidArgument",
+    "InvalidUsage", "MultiWorkerMirroredStrategy", "PeerError", "ReduceOp", "ReplicaError",
+    "TimeoutError", "Work", "__version__", "resolve", "resolve_explicit", "resolve_flags",
+]

@@ -1,0 +1,132 @@
+// Importing Python arrays as libmwms buffers (Note [python buffers]).
+#include "buffers.h"
+
+#include <string>
+
+#include "mwms/errors.h"
+
+namespace mwms::python {
+namespace {
+
+constexpr const char* kSupported = "float32, float64, float16, bfloat16, int32 or int64";
+
+std::string py_type_name(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
+
+std::string dlpack_dtype_name(nb::dlpack::dtype dt) {
+  const char* kind = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: kind = "bool"; break;
+    default: break;
+  }
+  std::string s = kind + std::to_string(dt.bits);
+  if (dt.lanes != 1) s += "x" + std::to_string(dt.lanes);
+  return s;
+}
+
+// libmwms's dtype of a DLPack dtype; false when libmwms has none.
+bool to_data_type(nb::dlpack::dtype dt, DataType* out) {
+  if (dt.lanes != 1) return false;
+  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
+  if (code == nb::dlpack::dtype_code::Float) {
+    if (dt.bits == 32) *out = DataType::kFloat32;
+    if (dt.bits == 64) *out = DataType::kFloat64;
+    if (dt.bits == 16) *out = DataType::kFloat16;
+    return dt.bits == 16 || dt.bits == 32 || dt.bits == 64;
+  }
+  if (code == nb::dlpack::dtype_code::Bfloat && dt.bits == 16) {
+    *out = DataType::kBFloat16;
+    return true;
+  }
+  if (code == nb::dlpack::dtype_code::Int) {
+    if (dt.bits == 32) *out = DataType::kInt32;
+    if (dt.bits == 64) *out = DataType::kInt64;
+    return dt.bits == 32 || dt.bits == 64;
+  }
+  return false;
+}
+
+// NumPy exports neither DLPack nor a buffer format for ml_dtypes' bfloat16, so such an array is
+// imported through a uint16 view of the same memory (a view: no copy, same writability).
+bool is_ml_dtypes_bfloat16(nb::handle obj) {
+  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view")) return false;
+  nb::object dtype = obj.attr("dtype");
+  return nb::hasattr(dtype, "name") && nb::str(dtype.attr("name")).equal(nb::str("bfloat16")) &&
+         nb::hasattr(dtype, "itemsize") && nb::cast<int>(dtype.attr("itemsize")) == 2;
+}
+
+bool c_contiguous(const nb::ndarray<nb::ro>& a) {
+  if (a.size() <= 1) return true;
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expected) return false;
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+  return true;
+}
+
+// Imports `obj` without conversion into `b.array`; returns false when it exports neither
+// protocol (or a format nanobind does not know); sets `*read_only`.
+bool import_array(nb::handle obj, Buffer& b, bool* read_only) {
+  // Writable first: the read-only import also accepts writable arrays, so only its success
+  // after the writable one failed tells a read-only array.
+  nb::ndarray<> rw;
+  if (nb::try_cast(obj, rw, /*convert=*/false)) {
+    b.array = nb::ndarray<nb::ro>(rw);
+    *read_only = false;
+    return true;
+  }
+  *read_only = true;
+  return nb::try_cast(obj, b.array, /*convert=*/false);
+}
+
+}  // namespace
+
+Buffer import_buffer(nb::handle obj, const char* name, bool writable) {
+  const std::string arg = std::string("argument '") + name + "'";
+  Buffer b;
+  bool read_only = false;
+  bool bfloat16_view = false;
+  if (!import_array(obj, b, &read_only)) {
+    // Checked only here, off the common path: numpy computes dtype.name in Python.
+    if (!is_ml_dtypes_bfloat16(obj) ||
+        !import_array(obj.attr("view")(nb::str("uint16")), b, &read_only)) {
+      throw nb::type_error((arg + " must be an array exporting DLPack or the buffer protocol "
+                            "(a NumPy array, a PyTorch CPU tensor, ...) of " + kSupported +
+                            ", not " + py_type_name(obj)).c_str());
+    }
+    bfloat16_view = true;
+  }
+  if (writable && read_only) {
+    throw InvalidArgument(arg + " is read-only; the collective writes its result into it in "
+                          "place (pass a writable array, e.g. a.copy())");
+  }
+  if (b.array.device_type() != nb::device::cpu::value) {
+    throw InvalidArgument(arg + " is not in host memory (DLPack device type " +
+                          std::to_string(b.array.device_type()) +
+                          "); this build's Communicator takes host buffers only");
+  }
+  if (bfloat16_view) {
+    b.dtype = DataType::kBFloat16;
+  } else if (!to_data_type(b.array.dtype(), &b.dtype)) {
+    throw nb::type_error((arg + " has dtype " + dlpack_dtype_name(b.array.dtype()) +
+                          "; libmwms reduces " + kSupported).c_str());
+  }
+  if (!c_contiguous(b.array)) {
+    throw InvalidArgument(arg + " is not C-contiguous; libmwms works in place and never copies "
+                          "(pass numpy.ascontiguousarray(x), and use its result)");
+  }
+  b.data = const_cast<void*>(b.array.data());
+  b.count = b.array.size();
+  return b;
+}
+
+std::string describe(const Buffer& b) {
+  return std::string(to_string(b.dtype)) + "[" + std::to_string(b.count) + "]";
+}
+
+}  // namespace mwms::python

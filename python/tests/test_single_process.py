@@ -1,0 +1,208 @@
+"""In-process tests on a world of one: argument checks (no copy, ever), the error classes,
+resolve() and the package's surface."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mwms
+
+
+@pytest.fixture
+def comm():
+    c = mwms.Communicator(mwms.resolve("{}"))
+    yield c
+    c.finalize()
+
+
+def test_world_of_one_collectives(comm):
+    assert (comm.rank, comm.world_size) == (0, 1)
+    x = np.arange(6, dtype=np.float32)
+    comm.all_reduce(x, "sum")
+    np.testing.assert_array_equal(x, np.arange(6))
+    out = np.zeros(6, dtype=np.float32)
+    comm.all_gather(x, out)
+    np.testing.assert_array_equal(out, np.arange(6))
+    comm.all_reduce_async(x).wait()
+    comm.barrier()
+
+
+def test_non_contiguous_refused(comm):
+    x = np.zeros(10, dtype=np.float32)
+    with pytest.raises(mwms.InvalidArgument, match="argument 'tensor' is not C-contiguous"):
+        comm.all_reduce(x[::2])
+    with pytest.raises(ValueError, match="not C-contiguous"):  # InvalidArgument is a ValueError
+        comm.broadcast(np.zeros((4, 4), dtype=np.float64).T)
+    # Still usable: an argument error sends nothing.
+    comm.all_reduce(x)
+
+
+def test_read_only_refused(comm):
+    x = np.zeros(4, dtype=np.float32)
+    x.flags.writeable = False
+    with pytest.raises(mwms.InvalidArgument, match="argument 'tensor' is read-only"):
+        comm.all_reduce(x)
+    with pytest.raises(mwms.InvalidArgument, match="argument 'recv' is read-only"):
+        comm.all_gather(np.zeros(4, dtype=np.float32), x)
+    # A read-only send buffer is fine: it is only read.
+    out = np.zeros(4, dtype=np.float32)
+    comm.all_gather(x, out)
+
+
+def test_wrong_dtype_and_type(comm):
+    with pytest.raises(TypeError, match="argument 'tensor' has dtype uint8"):
+        comm.all_reduce(np.zeros(4, dtype=np.uint8))
+    with pytest.raises(TypeError, match="argument 'tensor' has dtype complex64"):
+        comm.all_reduce(np.zeros(4, dtype=np.complex64))
+    with pytest.raises(TypeError, match="argument 'tensor' must be an array"):
+        comm.all_reduce([1.0, 2.0])
+    with pytest.raises(TypeError, match="argument 'recv' has dtype float64 but argument 'send'"):
+        comm.all_gather(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64))
+    with pytest.raises(mwms.InvalidArgument, match="unknown|reduce op"):
+        comm.all_reduce(np.zeros(2, dtype=np.float32), "average")
+
+
+def test_size_mismatch(comm):
+    with pytest.raises(mwms.InvalidArgument,
+                       match="argument 'recv' has 3 elements but needs world_size"):
+        comm.all_gather(np.zeros(2, dtype=np.float32), np.zeros(3, dtype=np.float32))
+    with pytest.raises(mwms.InvalidArgument,
+                       match="argument 'send' has 5 elements but needs world_size"):
+        comm.reduce_scatter(np.zeros(5, dtype=np.int32), np.zeros(4, dtype=np.int32))
+    with pytest.raises(mwms.InvalidArgument, match="broadcast root 1 is outside"):
+        comm.broadcast(np.zeros(2, dtype=np.float32), root=1)
+
+
+def test_buffer_protocol_without_numpy_array(comm):
+    # array.array exports the buffer protocol only; it is reduced in place.
+    import array
+    a = array.array("d", [1.0, 2.0])
+    comm.all_reduce(a)
+    assert list(a) == [1.0, 2.0]
+    with pytest.raises(mwms.InvalidArgument, match="read-only"):
+        comm.all_reduce(b"\0" * 8)
+
+
+def test_finalized_and_context_manager():
+    with mwms.Communicator(mwms.resolve("{}")) as c:
+        c.barrier()
+    with pytest.raises(mwms.InvalidUsage, match="finalized") as info:
+        c.barrier()
+    assert isinstance(info.value, mwms.Error) and info.value.op == "barrier"
+
+
+def test_error_hierarchy():
+    for cls in (mwms.InvalidArgument, mwms.InvalidUsage, mwms.BootstrapError,
+                mwms.TimeoutError, mwms.PeerError, mwms.CollectiveMismatchError,
+                mwms.ReplicaError, mwms.BackendError, mwms.CheckpointError, mwms.InternalError):
+        assert issubclass(cls, mwms.Error)
+    assert issubclass(mwms.InvalidArgument, ValueError)
+    assert issubclass(mwms.TimeoutError, TimeoutError)
+    assert not issubclass(mwms.PeerError, ValueError)
+
+
+TF_CONFIG = {"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]},
+             "task": {"type": "worker", "index": 1}, "environment": "cloud"}
+
+
+def test_resolve_tf_config_from_environment(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "RANK",
+                "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(TF_CONFIG))
+    c = mwms.resolve()
+    assert (c.task_type, c.task_index, c.rank, c.task_id) == ("worker", 1, 2, 2)
+    assert (c.world_size, c.num_workers, c.is_chief, c.in_ring) == (3, 3, False, True)
+    assert c.cluster_spec == {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}
+    assert c.ring == ["host0:2222", "host1:2222", "host2:2222"]
+    assert (c.source, c.task_name) == ("tf_config", "worker 1")
+    monkeypatch.setenv("TF_CONFIG", json.dumps({**TF_CONFIG, "task": {"type": "chief",
+                                                                      "index": 0}}))
+    chief = mwms.resolve()
+    assert (chief.rank, chief.is_chief) == (0, True)
+
+
+def test_resolve_argument_flags_and_explicit():
+    c = mwms.resolve(TF_CONFIG)  # a dict, or its JSON text
+    assert c.rank == 2 and mwms.resolve(json.dumps(TF_CONFIG)).rank == 2
+    f = mwms.resolve_flags("worker", 0, {"worker": ["a:1", "b:2"]})
+    assert (f.rank, f.world_size, f.is_chief, f.source) == (0, 2, True, "flags")
+    e = mwms.resolve_explicit({"worker": ["a:1", "b:2"]}, "worker", 1)
+    assert (e.rank, e.world_size, e.source) == (1, 2, "explicit")
+    one = mwms.resolve("{}")
+    assert (one.rank, one.world_size, one.is_chief) == (0, 1, True)
+    ev = mwms.resolve({"cluster": {"worker": ["a:1"], "evaluator": ["e:1"]},
+                       "task": {"type": "evaluator", "index": 0}})
+    assert (ev.in_ring, ev.world_size) == (False, 1)
+
+
+def test_resolve_errors():
+    with pytest.raises(mwms.BootstrapError, match=r"task worker 5 is out of range") as info:
+        mwms.resolve({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}})
+    assert isinstance(info.value, mwms.Error) and info.value.message
+    with pytest.raises(mwms.BootstrapError, match="chief"):
+        mwms.resolve({"cluster": {"master": ["a:1"]}, "task": {"type": "master", "index": 0}})
+    with pytest.raises(mwms.BootstrapError):
+        mwms.resolve("{not json")
+
+
+def test_surface_documented():
+    for name in mwms.__all__:
+        obj = getattr(mwms, name)
+        if callable(obj) and not isinstance(obj, bool):
+            assert obj.__doc__, f"mwms.{name} has no docstring"
+    for cls in (mwms.Communicator, mwms.MultiWorkerMirroredStrategy, mwms.Work, mwms.Cluster):
+        for attr in dir(cls):
+            if not attr.startswith("_"):
+                assert getattr(cls, attr).__doc__, f"{cls.__name__}.{attr} has no docstring"
+    assert mwms.HAVE_MPI in (True, False) and mwms.__version__
+
+
+LAUNCHER_VARS = ("TF_CONFIG", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "RANK",
+                 "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+                 "SLURM_NTASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
+                 "SLURM_LOCALID")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for var in LAUNCHER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_resolve_launchers(clean_env):
+    assert mwms.resolve().source == "default" and mwms.resolve().world_size == 1
+    clean_env.setenv("RANK", "1")
+    clean_env.setenv("WORLD_SIZE", "2")
+    clean_env.setenv("LOCAL_RANK", "1")
+    clean_env.setenv("MASTER_ADDR", "127.0.0.1")
+    clean_env.setenv("MASTER_PORT", "29500")
+    t = mwms.resolve()
+    assert (t.source, t.rank, t.world_size, t.local_rank, t.is_chief) == ("torchrun", 1, 2, 1,
+                                                                         False)
+    assert t.ring == ["127.0.0.1:29500"] and t.task_name == "torchrun rank 1"
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        clean_env.delenv(var)
+    clean_env.setenv("SLURM_PROCID", "1")
+    clean_env.setenv("SLURM_NTASKS", "2")
+    clean_env.setenv("SLURM_STEP_NODELIST", "node[1-2]")
+    clean_env.setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)")
+    s = mwms.resolve()
+    assert (s.source, s.rank, s.world_size) == ("slurm", 1, 2)
+    assert s.cluster_spec == {"worker": [a for a in s.ring]} and s.ring[0].startswith("node1:")
+
+
+def test_mpirun_without_mpi_in_the_build(clean_env):
+    clean_env.setenv("OMPI_COMM_WORLD_RANK", "0")
+    clean_env.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    clean_env.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    c = mwms.resolve()  # the launcher's variables are read whatever the build
+    assert (c.source, c.rank, c.world_size, c.task_name) == ("mpi", 0, 2, "mpi rank 0")
+    if mwms.HAVE_MPI:
+        pytest.skip("this build has MPI: the communicator would start MPI")
+    with pytest.raises(mwms.BootstrapError, match="built without MPI"):
+        mwms.Communicator(c)

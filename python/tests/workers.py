@@ -1,0 +1,285 @@
+"""Worker side of the multi-process tests: `python workers.py SCENARIO`, started by conftest.Job
+with TF_CONFIG and MWMS_LISTEN_FD. Each scenario asserts exact values itself (exit status 0 means
+every assertion held) and prints `RECORD {json}` lines for the test to check.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+import mwms
+
+
+def record(kind: str, **fields) -> None:
+    print("RECORD " + json.dumps({"kind": kind, **fields}), flush=True)
+
+
+def error_fields(e: mwms.Error) -> dict:
+    return {"type": type(e).__name__, "what": str(e), "message": e.message, **e.context}
+
+
+def dtypes():
+    """(name, numpy dtype) of every dtype libmwms reduces; bfloat16 when ml_dtypes is there."""
+    out = [("float32", np.float32), ("float64", np.float64), ("float16", np.float16),
+           ("int32", np.int32), ("int64", np.int64)]
+    try:
+        import ml_dtypes
+        out.append(("bfloat16", ml_dtypes.bfloat16))
+    except ImportError:
+        pass
+    return out
+
+
+def collectives() -> None:
+    """Every collective on every dtype, with values whose results are exact in that dtype."""
+    comm = mwms.Communicator(timeout_seconds=60)
+    r, n = comm.rank, comm.world_size
+    assert (r, n) == (int(json.loads(os.environ["TF_CONFIG"])["task"]["index"]), 2)
+    checked = []
+    for name, dt in dtypes():
+        for count in (0, 1, 7, 1000, 300_000):  # 300k elements: the bandwidth algorithms
+            # Small integers (< 2^7): sums, products, means of 2 ranks exact even in bfloat16.
+            base = (np.arange(count) % 5).astype(np.float64)
+            mine = (base + r).astype(dt)
+            x = mine.copy()
+            comm.all_reduce(x)  # default op: sum
+            np.testing.assert_array_equal(x.astype(np.float64), 2 * base + 1)
+            x = mine.copy()
+            comm.all_reduce(x, mwms.ReduceOp.MAX)
+            np.testing.assert_array_equal(x.astype(np.float64), base + 1)
+            x = mine.copy()
+            comm.all_reduce(x, "min")
+            np.testing.assert_array_equal(x.astype(np.float64), base)
+            x = mine.copy()
+            comm.all_reduce(x, "prod")
+            np.testing.assert_array_equal(x.astype(np.float64), base * (base + 1))
+            x = (2 * base + 2 * r).astype(dt)  # mean of 2b and 2b + 2 is 2b + 1: exact
+            comm.all_reduce(x, "mean")
+            np.testing.assert_array_equal(x.astype(np.float64), 2 * base + 1)
+            # all_gather: rank r's block at offset r * count.
+            send = (base + 10 * r).astype(dt)
+            recv = np.full(n * count, -1, dtype=dt)
+            comm.all_gather(send, recv)
+            np.testing.assert_array_equal(recv.astype(np.float64),
+                                          np.concatenate([base + 10 * k for k in range(n)]))
+            # reduce_scatter: block r of the sum.
+            send = np.concatenate([base + k + r for k in range(n)]).astype(dt)
+            recv = np.full(count, -1, dtype=dt)
+            comm.reduce_scatter(send, recv, "sum")
+            np.testing.assert_array_equal(recv.astype(np.float64), 2 * base + 2 * r + 1)
+            # broadcast from rank 1.
+            x = (base + 3 * r).astype(dt)
+            comm.broadcast(x, root=1)
+            np.testing.assert_array_equal(x.astype(np.float64), base + 3)
+        checked.append(name)
+    # In place, without a copy: a contiguous slice of a bigger array is reduced in its base, and
+    # a multi-dimensional array is reduced whole.
+    big = np.zeros(10, dtype=np.float32)
+    big[2:6] = r + 1
+    comm.all_reduce(big[2:6])
+    np.testing.assert_array_equal(big, [0, 0, 3, 3, 3, 3, 0, 0, 0, 0])
+    m = np.full((3, 4), r + 1, dtype=np.int64)
+    comm.all_reduce(m)
+    assert (m == 3).all() and m.shape == (3, 4)
+    # Asynchronous forms: Work.test() / wait().
+    a = np.full(1000, r + 1, dtype=np.float32)
+    b = np.full(5, r, dtype=np.int32)
+    w1 = comm.all_reduce_async(a)
+    w2 = comm.broadcast_async(b, root=0)
+    w3 = comm.barrier_async()
+    w1.wait()
+    w2.wait(timeout_seconds=30)
+    w3.wait()
+    assert w1.test() and w2.test() and w3.test()
+    assert (a == 3).all() and (b == 0).all()
+    g = np.empty(2 * 3, dtype=np.float64)
+    w = comm.all_gather_async(np.full(3, r + 0.5), g)
+    s = np.empty(2, dtype=np.float64)
+    w_rs = comm.reduce_scatter_async(np.arange(4, dtype=np.float64) + r, s, "max")
+    w.wait()
+    w_rs.wait()
+    np.testing.assert_array_equal(g, [0.5] * 3 + [1.5] * 3)
+    np.testing.assert_array_equal(s, np.arange(4)[2 * r:2 * r + 2] + 1)
+    # The GIL is released while a collective blocks: another thread runs meanwhile (rank 1
+    # arrives 0.5 s late, so rank 0 waits in the all_reduce).
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    if r == 1:
+        time.sleep(0.5)
+    late = np.full(3, r + 1, dtype=np.int64)
+    w = comm.all_reduce_async(late)
+    if r == 0:  # rank 1 is 0.5 s late: a Work.wait with a shorter timeout raises
+        try:
+            w.wait(timeout_seconds=0.05)
+            raise AssertionError("Work.wait(0.05) did not time out")
+        except mwms.TimeoutError as e:
+            assert "Work::wait" in str(e) and isinstance(e, TimeoutError)
+        assert not w.test()
+    before = ticks[0]
+    x = np.ones(4, dtype=np.float32)
+    comm.all_reduce(x)
+    during = ticks[0] - before
+    stop.set()
+    t.join()
+    w.wait()
+    assert (late == 3).all() and (x == 2).all()
+    if r == 0:
+        assert during >= 30, f"only {during} ticks while blocked: the GIL was held"
+    comm.barrier()
+    seq = comm.seq
+    comm.finalize()
+    record("collectives", rank=r, dtypes=checked, seq=seq)
+    # After finalize every collective raises InvalidUsage.
+    try:
+        comm.barrier()
+        raise AssertionError("barrier after finalize did not raise")
+    except mwms.InvalidUsage as e:
+        assert "finalized" in str(e)
+
+
+def peer_killed() -> None:
+    """Rank 1 dies (SIGKILL) after one collective; rank 0's next collective names it."""
+    comm = mwms.Communicator(timeout_seconds=30)
+    x = np.ones(16, dtype=np.float32)
+    comm.all_reduce(x)
+    if comm.rank == 1:
+        os.kill(os.getpid(), 9)
+    time.sleep(0.2)
+    try:
+        comm.all_reduce(x)
+        raise AssertionError("all_reduce with a dead peer did not raise")
+    except mwms.PeerError as e:
+        record("peer_error", **error_fields(e))
+    try:
+        comm.all_reduce(x)
+    except mwms.InvalidUsage as e:
+        record("poisoned", **error_fields(e))
+
+
+def mismatch() -> None:
+    """Ranks all-reduce different counts: both get CollectiveMismatchError."""
+    comm = mwms.Communicator(timeout_seconds=30)
+    x = np.ones(10 + 2 * comm.rank, dtype=np.float32)
+    try:
+        comm.all_reduce(x)
+        raise AssertionError("mismatched all_reduce did not raise")
+    except mwms.CollectiveMismatchError as e:
+        record("mismatch", **error_fields(e))
+
+
+def timeout() -> None:
+    """Rank 1 arrives 4 s late to a collective whose deadline is 1 s."""
+    comm = mwms.Communicator(timeout_seconds=1)
+    x = np.ones(4, dtype=np.float32)
+    if comm.rank == 1:
+        time.sleep(4)
+        # Rank 0 sent its part before it timed out, so this rank's first collective may still
+        # complete; the abort rank 0 sent fails the next one at the latest.
+        try:
+            comm.all_reduce(x)
+            comm.all_reduce(x)
+        except mwms.Error as e:
+            record("error", **error_fields(e))
+        return
+    try:
+        comm.all_reduce(x)
+        raise AssertionError("all_reduce did not raise")
+    except mwms.Error as e:
+        record("error", **error_fields(e), is_builtin_timeout=isinstance(e, TimeoutError))
+
+
+def interrupt() -> None:
+    """Ranks 0 and 1 block in a collective that rank 2 joins late; the test sends rank 0 SIGINT
+    while both wait."""
+    comm = mwms.Communicator(timeout_seconds=120)
+    x = np.ones(4, dtype=np.float32)
+    if comm.rank == 2:
+        time.sleep(4)
+        try:
+            comm.all_reduce(x)
+            comm.all_reduce(x)
+        except mwms.Error as e:
+            record("error", **error_fields(e))
+        return
+    print("BLOCKING", flush=True)
+    try:
+        comm.all_reduce(x)
+        raise AssertionError("all_reduce returned")
+    except KeyboardInterrupt:
+        record("interrupted", at=time.monotonic())
+    except mwms.PeerError as e:
+        record("peer_error", **error_fields(e), at=time.monotonic())
+        return
+    try:
+        comm.all_reduce(x)
+    except mwms.InvalidUsage as e:
+        record("after", **error_fields(e))
+
+
+def custom_handler() -> None:
+    """A SIGINT handler of the program's own (one that does not raise) is left alone: the
+    collective is not aborted, it completes when the late rank arrives, then the handler runs."""
+    import signal
+    seen = []
+    signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    comm = mwms.Communicator(timeout_seconds=60)
+    x = np.full(4, comm.rank + 1, dtype=np.float32)
+    if comm.rank == 1:
+        time.sleep(2)
+    else:
+        print("BLOCKING", flush=True)
+    comm.all_reduce(x)
+    assert (x == 3).all()
+    comm.barrier()
+    comm.finalize()
+    record("custom_handler", rank=comm.rank, seen=seen)
+
+
+def strategy() -> None:
+    """MultiWorkerMirroredStrategy: sharding, variable broadcast, gradient sums, reduce."""
+    s = mwms.MultiWorkerMirroredStrategy(bytes_per_pack=4096, timeout_seconds=60)
+    r = s.worker_index
+    assert s.num_replicas_in_sync == 2 and s.num_workers == 2 and s.is_chief == (r == 0)
+    assert s.bytes_per_pack == 4096
+    assert s.batch_shard(5) == (slice(0, 3) if r == 0 else slice(3, 5))
+    w = np.full((3, 3), 10.0 * (r + 1), dtype=np.float32)
+    bias = np.arange(5, dtype=np.float64) + 100 * r
+    s.broadcast_variables([w, bias])
+    assert (w == 10).all() and (bias == np.arange(5)).all()
+    # Several buckets (4096 bytes each): a 3000-float array alone, small ones packed together.
+    grads = [np.full(3000, r + 1, dtype=np.float32), np.full(7, 2 * r, dtype=np.float32),
+             np.full(4, r + 1, dtype=np.float64), np.full(3, r, dtype=np.int64)]
+    s.all_reduce_gradients(grads)
+    assert (grads[0] == 3).all() and (grads[1] == 2).all()
+    assert (grads[2] == 3).all() and (grads[3] == 1).all()
+    m = [np.full(8, 2.0 * r, dtype=np.float32)]
+    s.all_reduce_gradients(m, op="mean")
+    assert (m[0] == 1).all()
+    assert s.reduce("sum", r + 1.5) == 4.0
+    assert s.reduce(mwms.ReduceOp.MAX, float(r)) == 1.0
+    assert s.allreduce_bytes == 4 * 3000 + 4 * 7 + 8 * 4 + 8 * 3 + 4 * 8
+    try:
+        s.all_reduce_gradients([np.ones(3, dtype=np.float32), np.ones(4)[::2]])
+        raise AssertionError("a non-contiguous gradient was accepted")
+    except mwms.InvalidArgument as e:
+        assert "gradients[1]" in str(e) and "C-contiguous" in str(e)
+    s.finalize()
+    record("strategy", rank=r)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()
