@@ -8,6 +8,7 @@ Skipped, saying why, when pyspark is not installed or no Java runtime is found
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -30,12 +31,14 @@ MASTER = "local-cluster[2,1,1024]"
 def _java_missing() -> str:
     if os.environ.get("JAVA_HOME") or shutil.which("java"):
         return ""
-    return "no Java runtime (java on PATH or JAVA_HOME); scripts/setup.sh installs openjdk-17-jre-headless"
+    return ("no Java runtime (java on PATH or JAVA_HOME); "
+            "scripts/setup.sh installs openjdk-17-jre-headless")
 
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    pytest.importorskip("pyspark", reason="pyspark is not installed (scripts/run_tests.sh installs it)")
+    pytest.importorskip("pyspark",
+                        reason="pyspark is not installed (scripts/run_tests.sh installs it)")
     if _java_missing():
         pytest.skip(_java_missing())
     from pyspark.sql import SparkSession
@@ -106,7 +109,8 @@ def test_a_second_run_in_the_same_executors_gets_its_own_wiring(spark):
 
 def test_a_failing_task_fails_the_run_with_its_exception_and_traceback(spark):
     start = time.monotonic()
-    with pytest.raises(spark_train.TrainingDiverged, match="loss is nan at step 3 on worker 1") as info:
+    with pytest.raises(spark_train.TrainingDiverged,
+                       match="loss is nan at step 3 on worker 1") as info:
         MirroredStrategyRunner(num_slots=2).run(spark_train.train_fails)
     remote = info.value.__cause__
     assert isinstance(remote, RemoteTraceback)
@@ -164,6 +168,12 @@ def test_local_mode_trains_the_same_weights():
     assert all(w.startswith("127.0.0.1:") for w in result["tf_config"]["cluster"]["worker"])
 
 
+def _have_cloudpickle() -> bool:
+    return any(importlib.util.find_spec(m) for m in ("cloudpickle", "pyspark"))
+
+
+@pytest.mark.skipif(not _have_cloudpickle(),
+                    reason="a closure pickles by value with cloudpickle (pyspark's or its own)")
 def test_local_mode_custom_strategy_and_a_closure():
     offset = 100
 
@@ -183,6 +193,8 @@ def test_local_mode_failure():
     assert "in check_loss" in str(info.value.__cause__)
 
 
+@pytest.mark.skipif(not _have_cloudpickle(),
+                    reason="a closure pickles by value with cloudpickle (pyspark's or its own)")
 def test_local_mode_unpicklable_exception_and_get_strategy_outside():
     def train_fn():
         class Unpicklable(Exception):  # pickles its message only: unpickling calls it with 1

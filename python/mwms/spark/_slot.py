@@ -158,7 +158,9 @@ def _failure(exc: BaseException) -> Outcome:
     except Exception:  # noqa: BLE001 - any failure to pickle means: send the text only
         pickled = None
     cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    name = cls.__qualname__
+    if cls.__module__ != "builtins":
+        name = f"{cls.__module__}.{name}"
     return Outcome(ok=False, type_name=name, message=str(exc),
                    traceback="".join(traceback.format_exception(cls, exc, exc.__traceback__)),
                    exception=pickled, consequential=consequential)
