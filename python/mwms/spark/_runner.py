@@ -147,6 +147,18 @@ def _private_dir(key: str) -> tuple:
     return workdir, key_path
 
 
+def _task_devices(context, index: int, num_slots: int, num_tasks: int, resource: str) -> str:
+    """CUDA_VISIBLE_DEVICES of task `index`: its share of num_slots GPUs, from its resources."""
+    resources = context.resources()
+    if resource not in resources:
+        raise ValueError(f"task {index} has no Spark resource '{resource}': set "
+                         f"spark.task.resource.{resource}.amount and the executors' and workers' "
+                         f"spark.*.resource.{resource}.* confs")
+    owned = _gpus_owned(resources[resource].addresses, resource)
+    wanted = num_slots // num_tasks + (index < num_slots % num_tasks)
+    return ",".join(owned[:wanted])
+
+
 def _task_program(function: bytes, key: str, num_slots: int, num_tasks: int, use_gpu: bool,
                   gpu_resource_name: str, use_custom_strategy: bool) -> Callable:
     """The function of the barrier stage's partitions (runs in Spark's Python workers)."""
@@ -155,35 +167,25 @@ def _task_program(function: bytes, key: str, num_slots: int, num_tasks: int, use
         from pyspark import BarrierTaskContext
         context = BarrierTaskContext.get()
         index = context.partitionId()
+        devices = ""
         if use_gpu:
-            resources = context.resources()
-            if gpu_resource_name not in resources:
-                raise ValueError(
-                    f"task {index} has no Spark resource '{gpu_resource_name}': set "
-                    f"spark.task.resource.{gpu_resource_name}.amount and the executors' and "
-                    f"workers' spark.*.resource.{gpu_resource_name}.* confs")
-            owned = _gpus_owned(resources[gpu_resource_name].addresses, gpu_resource_name)
-            wanted = num_slots // num_tasks + (index < num_slots % num_tasks)
-            devices = ",".join(owned[:wanted])
-        else:
-            devices = ""
+            devices = _task_devices(context, index, num_slots, num_tasks, gpu_resource_name)
         host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
-        sock = _listen("")
-        endpoints = context.allGather(f"{host}:{sock.getsockname()[1]}")
-        workdir, key_path = _private_dir(key)
-        try:
-            payload = _slot.make_payload(function, is_chief=index == 0,
-                                         use_custom_strategy=use_custom_strategy)
-            env = _slot_env(_tf_config(endpoints, index), key_path, sock.fileno(), devices)
-            slot = _slot.start_slot(index, payload, workdir, env, pass_fds=[sock.fileno()])
-            sock.close()
+        with _listen("") as sock:
+            endpoints = context.allGather(f"{host}:{sock.getsockname()[1]}")
+            workdir, key_path = _private_dir(key)
             try:
-                outcome = slot.wait()
+                payload = _slot.make_payload(function, is_chief=index == 0,
+                                             use_custom_strategy=use_custom_strategy)
+                env = _slot_env(_tf_config(endpoints, index), key_path, sock.fileno(), devices)
+                slot = _slot.start_slot(index, payload, workdir, env, pass_fds=[sock.fileno()])
+                sock.close()  # the slot process has it now
+                try:
+                    outcome = slot.wait()
+                finally:
+                    slot.kill()  # only when this task is torn down with its slot running
             finally:
-                slot.kill()  # only when this task is being torn down with its slot running
-        finally:
-            sock.close()
-            shutil.rmtree(workdir, ignore_errors=True)
+                shutil.rmtree(workdir, ignore_errors=True)
         if not outcome.ok:
             if outcome.consequential:
                 time.sleep(_CONSEQUENTIAL_DELAY_SECONDS)
