@@ -18,13 +18,19 @@ ctest_status=0
 ctest --test-dir build --output-on-failure -j1 --timeout 600 || ctest_status=$?
 
 # The Python package: `pip install ./python` (scikit-build-core + nanobind from PyPI compile the
-# extension against this repository's CMake targets, in python/build/), then its tests.
+# extension against this repository's CMake targets, in python/build/), then its tests, the
+# Spark runner's on a real Spark among them.
 python_start=$SECONDS
 python_status=0
 python_tests() {  # (set -e does not apply inside a function called before ||: each step says)
   local venv=build/venv pip=(build/venv/bin/python -m pip install --quiet --disable-pip-version-check)
   [[ -x $venv/bin/python ]] || python3 -m venv "$venv" || return
   "${pip[@]}" pytest numpy ml_dtypes || return
+  # mwms.spark's tests (python/tests/test_spark.py) start a real Spark: pyspark from PyPI (its
+  # jars included) on the JVM of setup.sh's openjdk-17-jre-headless.
+  local spark_start=$SECONDS
+  "${pip[@]}" "pyspark>=3.5" || return
+  echo "run_tests.sh: pyspark install took $((SECONDS - spark_start)) s"
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} "${pip[@]}" ./python || return
   # From build/, so that `import mwms` finds the installed package, not the sources in python/.
   # Any non-zero status fails the job, 5 (no test collected) too.

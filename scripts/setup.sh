@@ -17,6 +17,7 @@ packages=(
   iproute2                               # tests: test hosts in network namespaces (ip, tc)
   doxygen                                # tests: every public declaration documented
   python3-dev python3-venv               # the Python package (python/, docs/python.md) and its tests
+  openjdk-17-jre-headless                # mwms.spark's tests: the JVM of a real Spark (pyspark)
 )
 
 # Optional, for the bench only (all_reduce_perf --compare gloo): installed after the required
