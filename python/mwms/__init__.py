@@ -9,14 +9,15 @@ extension. See docs/python.md.
 ...     grad = np.ones(1024, dtype=np.float32)
 ...     comm.all_reduce(grad, "sum")          # in place
 """
-from ._errors import (BackendError, BootstrapError, CheckpointError, CollectiveMismatchError,
+from ._errors import (BackendError, BootstrapError, BootstrapTimeoutError, CheckpointError,
+                      CollectiveMismatchError,
                       Error, InternalError, InvalidArgument, InvalidUsage, PeerError,
                       ReplicaError, TimeoutError)
 from ._mwms import (HAVE_CUDA, HAVE_MPI, Cluster, Communicator, MultiWorkerMirroredStrategy,
                     ReduceOp, Work, __version__, resolve, resolve_explicit, resolve_flags)
 
 __all__ = [
-    "BackendError", "BootstrapError", "CheckpointError", "Cluster", "CollectiveMismatchError",
+    "BackendError", "BootstrapError", "BootstrapTimeoutError", "CheckpointError", "Cluster", "CollectiveMismatchError",
     "Communicator", "Error", "HAVE_CUDA", "HAVE_MPI", "InternalError", "InvalidArgument",
     "InvalidUsage", "MultiWorkerMirroredStrategy", "PeerError", "ReduceOp", "ReplicaError",
     "TimeoutError", "Work", "__version__", "resolve", "resolve_explicit", "resolve_flags",

@@ -9,7 +9,8 @@ import builtins
 from typing import Any, Dict, Optional
 
 __all__ = [
-    "Error", "InvalidArgument", "InvalidUsage", "BootstrapError", "TimeoutError", "PeerError",
+    "Error", "InvalidArgument", "InvalidUsage", "BootstrapError", "TimeoutError",
+    "BootstrapTimeoutError", "PeerError",
     "CollectiveMismatchError", "ReplicaError", "BackendError", "CheckpointError", "InternalError",
 ]
 
@@ -81,6 +82,12 @@ class BootstrapError(Error):
 class TimeoutError(Error, builtins.TimeoutError):
     """An operation missed its deadline; names the rank waited for. The communicator is poisoned.
     Also a builtin ``TimeoutError``."""
+
+
+class BootstrapTimeoutError(BootstrapError, TimeoutError):
+    """A bootstrap deadline expired (MWMS_CONNECT_TIMEOUT_SECONDS): a task never joined the
+    rendezvous, the leader was unreachable or silent, a link never connected. Both a
+    ``BootstrapError`` and a ``TimeoutError`` (so also a builtin ``TimeoutError``)."""
 
 
 class PeerError(Error):

@@ -60,6 +60,8 @@ void translate(const std::exception_ptr& p, void*) {
     raise(e, "InvalidArgument");
   } catch (const InvalidUsage& e) {
     raise(e, "InvalidUsage");
+  } catch (const BootstrapTimeoutError& e) {
+    raise(e, "BootstrapTimeoutError");
   } catch (const BootstrapError& e) {
     raise(e, "BootstrapError");
   } catch (const TimeoutError& e) {

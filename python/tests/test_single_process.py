@@ -206,3 +206,21 @@ def test_mpirun_without_mpi_in_the_build(clean_env):
         pytest.skip("this build has MPI: the communicator would start MPI")
     with pytest.raises(mwms.BootstrapError, match="built without MPI"):
         mwms.Communicator(c)
+
+
+def test_a_rendezvous_deadline_is_both_bootstrap_and_timeout_error(monkeypatch):
+    # Worker 0 (the leader) of a 2-worker cluster whose worker 1 never starts: after the connect
+    # timeout it raises BootstrapTimeoutError, caught by either parent (and builtin TimeoutError).
+    import socket
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        ports = [a.getsockname()[1], b.getsockname()[1]]
+    config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+              "task": {"type": "worker", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    with pytest.raises(mwms.BootstrapTimeoutError, match="never arrived: worker 1") as info:
+        mwms.Communicator(mwms.resolve(), connect_timeout_seconds=1.0, transport="tcp")
+    assert isinstance(info.value, mwms.BootstrapError)
+    assert isinstance(info.value, mwms.TimeoutError)
+    assert isinstance(info.value, TimeoutError)
