@@ -132,13 +132,19 @@ struct PsServer::State {
       w.deferred_status = status;
       return;
     }
+    queue_values(w, status, false);
+  }
+  // kValues at this version + every segment, sent from `values`. Gated: none of the values go
+  // out until set_ready(w.tickets[segment], ...) lets them (Note [ps step pipeline]).
+  void queue_values(Worker& w, PsStatus status, bool gated) {
     ch.queue_send(w.rank, envelope(PsKind::kValues, version, static_cast<std::uint64_t>(status),
                                    cfg.ps_index),
                   nullptr, 0);
     for (std::size_t i = 0; i < layout.segments.size(); ++i) {
       const Segment& s = layout.segments[i];
-      ch.queue_send(w.rank, segment_header(layout, i, version), values.data() + s.element_offset,
-                    s.count * sizeof(float));
+      const std::size_t n = s.count * sizeof(float);
+      w.tickets[i] = ch.queue_send(w.rank, segment_header(layout, i, version),
+                                   values.data() + s.element_offset, n, gated ? 0 : n);
     }
     stats.bytes_pulled[0] += bytes();
   }
@@ -251,16 +257,7 @@ void PsServer::State::start_streaming(Worker& w) {
   ++version;
   stats.global_step = static_cast<std::int64_t>(version);
   w.reply_streamed = job.max_staleness < 0;
-  if (!w.reply_streamed) return;
-  ch.queue_send(w.rank, envelope(PsKind::kValues, version,
-                                 static_cast<std::uint64_t>(PsStatus::kApplied), cfg.ps_index),
-                nullptr, 0);
-  for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-    const Segment& s = layout.segments[i];
-    w.tickets[i] = ch.queue_send(w.rank, segment_header(layout, i, version),
-                                 values.data() + s.element_offset, s.count * sizeof(float), 0);
-  }
-  stats.bytes_pulled[0] += bytes();
+  if (w.reply_streamed) queue_values(w, PsStatus::kApplied, true);
 }
 
 // The streamed push is complete (or its worker lost): deferred replies and saves go out. The
@@ -621,16 +618,7 @@ void PsServer::State::maybe_complete_step() {
   // update reaches it, so the workers copy the first values while the ps updates the rest (and
   // the ps's link copies each chunk while it is still in this core's cache).
   for (Worker& x : workers) {
-    if (!awaits_values(x)) continue;
-    ch.queue_send(x.rank, envelope(PsKind::kValues, version,
-                                   static_cast<std::uint64_t>(PsStatus::kApplied), cfg.ps_index),
-                  nullptr, 0);
-    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-      const Segment& sg = layout.segments[i];
-      x.tickets[i] = ch.queue_send(x.rank, segment_header(layout, i, version),
-                                   values.data() + sg.element_offset, sg.count * sizeof(float), 0);
-    }
-    stats.bytes_pulled[0] += bytes();
+    if (awaits_values(x)) queue_values(x, PsStatus::kApplied, true);
   }
   const ErrorContext c = ctx("ps step");
   constexpr std::size_t kChunk = 16384;  // elements: 64 KiB of values, slots and accum
