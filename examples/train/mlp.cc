@@ -1,8 +1,7 @@
 #include "mlp.h"
 
+#include "mlp_kernels.h"
 #include "mwms/optimizer.h"
-
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
@@ -13,22 +12,11 @@
 namespace mwms::train {
 namespace {
 
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;  // column-major
-using Vector = Eigen::Matrix<float, Eigen::Dynamic, 1>;
-using ConstMatrixMap = Eigen::Map<const Matrix>;
-using VectorMap = Eigen::Map<Vector>;
+detail::MlpDims dims(const MlpShape& s) { return {s.inputs, s.hidden, s.classes}; }
 
-/// Views of the four tensors inside one flat vector (params or gradients), Note [flat parameters].
-struct Views {
-  Eigen::Map<Matrix> w1, w2;
-  VectorMap b1, b2;
-  Views(float* base, const MlpShape& s)
-      : w1(base, s.hidden, s.inputs),
-        w2(base + std::size_t(s.hidden) * (s.inputs + 1), s.classes, s.hidden),
-        b1(base + std::size_t(s.hidden) * s.inputs, s.hidden),
-        b2(base + std::size_t(s.hidden) * (s.inputs + 1) + std::size_t(s.classes) * s.hidden,
-           s.classes) {}
-};
+void call_ready(const void* ctx, std::size_t piece) {
+  (*static_cast<const std::function<void(std::size_t)>*>(ctx))(piece);
+}
 
 }  // namespace
 
@@ -57,14 +45,14 @@ void Mlp::reserve(int batch) {
 
 void Mlp::forward(const float* x, int batch) {
   reserve(batch);
-  Views p(params().data(), shape_);
-  ConstMatrixMap in(x, shape_.inputs, batch);
-  Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
-  Eigen::Map<Matrix> logits(logits_.data(), shape_.classes, batch);
-  hidden.noalias() = p.w1 * in;
-  hidden = (hidden.colwise() + p.b1).cwiseMax(0.0f);
-  logits.noalias() = p.w2 * hidden;
-  logits.colwise() += p.b2;
+  detail::MlpForwardArgs a;
+  a.params = params().data();
+  a.dims = dims(shape_);
+  a.x = x;
+  a.batch = batch;
+  a.hidden = hidden_.data();
+  a.logits = logits_.data();
+  detail::mlp_kernels().forward(a);  // Note [train cpu dispatch]
 }
 
 // Note [backprop order]: the output layer's gradients are final first, then dense_1's kernel,
@@ -89,7 +77,6 @@ std::vector<TensorSlot> Mlp::backprop_order(int w1_blocks) const {
 double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int batch,
                              float grad_scale, const std::function<void(std::size_t)>& ready,
                              int w1_blocks) {
-  Views g(gradients().data(), shape_);
   const std::size_t pieces = static_cast<std::size_t>(w1_blocks) + 3;
   if (batch == 0) {
     std::fill(gradients().begin(), gradients().end(), 0.0f);
@@ -99,35 +86,24 @@ double Mlp::forward_backward(const float* x, const std::uint8_t* labels, int bat
     return 0.0;
   }
   forward(x, batch);
-  Views p(params().data(), shape_);
-  const int classes = shape_.classes;
   // The logits buffer becomes d loss / d logits = grad_scale * (softmax - one_hot).
-  const double loss = softmax_cross_entropy(logits_.data(), labels, batch, classes, grad_scale);
-  ConstMatrixMap in(x, shape_.inputs, batch);
-  Eigen::Map<Matrix> hidden(hidden_.data(), shape_.hidden, batch);
-  Eigen::Map<Matrix> d_logits(logits_.data(), classes, batch);
-  Eigen::Map<Matrix> d_hidden(d_hidden_.data(), shape_.hidden, batch);
-  g.w2.noalias() = d_logits * hidden.transpose();
-  if (ready) ready(0);
-  g.b2 = d_logits.rowwise().sum();
-  if (ready) ready(1);
-  d_hidden.noalias() = p.w2.transpose() * d_logits;
-  // ReLU derivative: hidden holds max(pre-activation, 0), so hidden > 0 marks the active units.
-  d_hidden = (hidden.array() > 0.0f).select(d_hidden, 0.0f);
-  if (!ready || w1_blocks <= 1) {
-    g.w1.noalias() = d_hidden * in.transpose();
-    if (ready) ready(2);
-  } else {
-    // Note [backprop order]
-    for (int k = 0; k < w1_blocks; ++k) {
-      const Eigen::Index c0 = Eigen::Index(shape_.inputs) * k / w1_blocks;
-      const Eigen::Index c1 = Eigen::Index(shape_.inputs) * (k + 1) / w1_blocks;
-      g.w1.middleCols(c0, c1 - c0).noalias() = d_hidden * in.middleRows(c0, c1 - c0).transpose();
-      ready(2 + static_cast<std::size_t>(k));
-    }
+  const double loss =
+      softmax_cross_entropy(logits_.data(), labels, batch, shape_.classes, grad_scale);
+  detail::MlpBackwardArgs a;
+  a.params = params().data();
+  a.grads = gradients().data();
+  a.dims = dims(shape_);
+  a.x = x;
+  a.batch = batch;
+  a.hidden = hidden_.data();
+  a.d_logits = logits_.data();
+  a.d_hidden = d_hidden_.data();
+  if (ready) {
+    a.ready = &call_ready;
+    a.ctx = &ready;
   }
-  g.b1 = d_hidden.rowwise().sum();
-  if (ready) ready(pieces - 1);
+  a.w1_blocks = w1_blocks;
+  detail::mlp_kernels().backward(a);
   return loss;
 }
 
