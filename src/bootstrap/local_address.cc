@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "common/env.h"
 #include "mwms/cluster.h"
@@ -150,6 +151,63 @@ std::string advertised_host(const std::string& toward, int toward_port) {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return host;
+}
+
+// Note [local peers before the exchange]: under MWMS_TRANSPORT=auto each task makes its
+// shared-memory segment before the rendezvous (the segment's address is part of the peer info),
+// but only the exchange's host ids say which peers share a host. A task whose peers are all on
+// other machines made, published and freed a segment for nothing (a memfd of world size rings).
+// TF_CONFIG and Slurm list every address up front, which is enough to skip it in the common
+// case: a peer cannot share this host's host id (host name, boot id and network namespace) if
+// its address is none of this host's. The test is one-sided: anything unsure (an incomplete
+// ring, a name that does not resolve, a public address that NAT maps here but two tasks share)
+// keeps the segment, and choose_transports() only picks shm when both sides published one, so a
+// wrong "remote" costs the pair shared memory, never correctness.
+bool may_share_host(const std::vector<std::string>& ring, int self, int world_size) noexcept {
+  try {
+    if (static_cast<int>(ring.size()) != world_size || self < 0 || self >= world_size) return true;
+    auto host_of = [](const std::string& address) {
+      std::string h = address.substr(0, address.rfind(':'));
+      if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+      return h;
+    };
+    std::set<std::string> local;  // numeric addresses of this host, its own task's host's too
+    ifaddrs* all = nullptr;
+    if (::getifaddrs(&all) != 0) return true;
+    for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr != nullptr) local.insert(numeric_host(i->ifa_addr));
+    }
+    ::freeifaddrs(all);
+    char name[256] = {0};
+    ::gethostname(name, sizeof(name) - 1);
+    auto resolve = [](const std::string& host, std::set<std::string>* out) {
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) out->insert(numeric_host(a->ai_addr));
+      ::freeaddrinfo(found);
+      return true;
+    };
+    const std::string mine = host_of(ring[static_cast<std::size_t>(self)]);
+    if (!resolve(mine, &local)) return true;
+    std::set<std::string> others;
+    for (int r = 0; r < world_size; ++r) {
+      if (r != self) others.insert(host_of(ring[static_cast<std::size_t>(r)]));
+    }
+    if (others.size() > 64) return true;
+    for (const std::string& h : others) {
+      if (h == mine || h == name || is_loopback_host(h)) return true;
+      std::set<std::string> addresses;
+      if (!resolve(h, &addresses)) return true;
+      for (const std::string& a : addresses) {
+        if (local.count(a) != 0 || is_loopback_host(a)) return true;
+      }
+    }
+    return false;
+  } catch (...) {
+    return true;  // (std::bad_alloc) the safe answer
+  }
 }
 
 }  // namespace mwms::bootstrap

@@ -34,6 +34,15 @@ std::string interface_address(const InterfaceFilter& filter);
 /// @throws BootstrapError, InvalidArgument (a malformed MWMS_SOCKET_IFNAME).
 std::string advertised_host(const std::string& toward, int toward_port);
 
+/// Whether another task of `ring` may run on this host, asked before the peer-info exchange
+/// (Note [local peers before the exchange]): false only when every other task's address is surely
+/// another machine's: not this task's own host, not a loopback or this host's name, no address of
+/// an interface of this host, and (a name) resolving to none of those. `ring` is rank order
+/// ("host:port", "[v6]:port"), this task at `self`; a ring that does not list all `world_size`
+/// tasks (MPI, torchrun), a name that does not resolve and more than 64 distinct hosts give true.
+/// Never throws; blocks in name resolution (getaddrinfo) for each distinct name.
+bool may_share_host(const std::vector<std::string>& ring, int self, int world_size) noexcept;
+
 /// "[v6]" for an IPv6 literal, the host itself otherwise: ready for ":port".
 std::string bracket_host(const std::string& host);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "bootstrap/local_address.h"
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/engine_backend.h"
 #include "collective/transport/tcp/tcp_transport.h"
@@ -122,11 +123,15 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
   mine.transport = transport;
   if (!alone) {
     if (transport != "shm" && transport != "mpi") mine.blobs["tcp"] = tcp_address_blob();
+    // Note [local peers before the exchange] (local_address.cc).
+    const bool local_peers = transport != "auto" ||
+        bootstrap::may_share_host(cluster.ring, cluster.task_id, cluster.num_workers);
     for (TransportKind k : {TransportKind::kShm, TransportKind::kMpi}) {
       // Only the chosen transport's links exist under tcp and mpi (choose_transports): a shm
-      // segment there would be made, published and freed unused.
+      // segment there would be made, published and freed unused; so would one under auto when
+      // every peer is surely on another host.
       if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi") ||
-          (k == TransportKind::kShm && transport == "mpi")) {
+          (k == TransportKind::kShm && (transport == "mpi" || !local_peers))) {
         continue;
       }
       std::unique_ptr<Transport> t = make_transport(k, topts);

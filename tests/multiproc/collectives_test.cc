@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/transport/shm/shm_segment.h"
 #include "common/env.h"
 #include "kernels/reduce.h"
 #include "multiproc/launcher.h"
@@ -317,5 +318,34 @@ TEST_CASE("hierarchical all-reduce across 2 test hosts x 2 ranks", "[.netns]") {
        {mwms::TransportChoice::kAuto, mwms::TransportChoice::kTcp}) {
     run_everything({4, false, -1, transport, "hier", true});
     run_everything({4, true, -1, transport, "hier", false});  // chief + 3 workers
+  }
+}
+
+// Hidden ([.netns], run by netns:hierarchical on 2 test hosts). Note [local peers before the
+// exchange]: under auto a rank whose peers are all on other hosts makes no shared-memory segment;
+// with 4 ranks on the 2 hosts, ranks sharing a host still make theirs and use it.
+TEST_CASE("auto transport: no shm segment for a rank whose peers are all remote", "[.netns]") {
+  REQUIRE(mwms::testing::test_hosts().size() == 2);
+  for (int n : {2, 4}) {
+    INFO("world size " << n);
+    mwms::testing::LaunchOptions opts;
+    opts.world_size = n;
+    auto body = [&](int, const std::string& tf_config, auto report) {
+      const std::uint64_t before = mwms::collective::ShmSegment::created_count();
+      mwms::CommunicatorOptions copts;
+      copts.transport = mwms::TransportChoice::kAuto;
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), copts);
+      std::vector<float> v(1000, 1.0f);
+      comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (v[999] != static_cast<float>(n)) throw std::runtime_error("wrong sum");
+      report("segments " + std::to_string(mwms::collective::ShmSegment::created_count() - before) +
+             "; " + comm->describe());
+    };
+    auto results = mwms::testing::run_ranks(opts, body);
+    INFO(mwms::testing::describe(results));
+    for (const auto& r : results) {
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Catch::Matchers::Contains(n == 2 ? "segments 0" : "segments 1"));
+    }
   }
 }

@@ -1,6 +1,8 @@
 // Slurm's host lists and task counts as srun writes them (expand_hostlist, parse_tasks_per_node),
 // and MWMS_SOCKET_IFNAME's NCCL-style filter: real forms, then malformed and hostile inputs, each
 // of which must raise BootstrapError (InvalidArgument for the filter) quoting the text.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -125,4 +127,31 @@ TEST_CASE("MWMS_SOCKET_IFNAME filters follow NCCL_SOCKET_IFNAME", "[unit][bootst
     INFO(text);
     CHECK_THROWS_AS(parse_interface_filter(text), mwms::InvalidArgument);
   }
+}
+
+// Note [local peers before the exchange]: "surely remote" only when every other address is none
+// of this host's; every unsure case keeps the shared-memory segment.
+TEST_CASE("may_share_host: remote only when every other address is surely another machine's",
+          "[unit][bootstrap]") {
+  using mwms::bootstrap::may_share_host;
+  // 192.0.2.0/24 and 2001:db8::/32 are documentation ranges: on no interface of a test machine.
+  CHECK_FALSE(may_share_host({"127.0.0.1:1", "192.0.2.7:2"}, 0, 2));
+  CHECK_FALSE(may_share_host({"192.0.2.7:2", "127.0.0.1:1", "192.0.2.8:3"}, 1, 3));
+  CHECK_FALSE(may_share_host({"127.0.0.1:1", "[2001:db8::1]:2"}, 0, 2));
+  CHECK(may_share_host({"127.0.0.1:1", "127.0.0.1:2"}, 0, 2));
+  CHECK(may_share_host({"127.0.0.1:1", "localhost:2"}, 0, 2));
+  CHECK(may_share_host({"192.0.2.7:1", "[::1]:2"}, 0, 2));
+  // Two tasks on the same (NAT-mapped, say) address are one machine whatever the interfaces say.
+  CHECK(may_share_host({"192.0.2.7:1", "192.0.2.9:3", "192.0.2.7:2"}, 0, 3));
+  // One of this host's own interface addresses, however the task spells its own.
+  const std::string lo = mwms::bootstrap::interface_address(
+      mwms::bootstrap::parse_interface_filter("=lo"));
+  CHECK(may_share_host({"192.0.2.7:1", lo + ":2"}, 0, 2));
+  // This host's name.
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  CHECK(may_share_host({"192.0.2.7:1", std::string(name) + ":2"}, 0, 2));
+  // A ring that does not list every task yet (MPI, torchrun), or a bad index.
+  CHECK(may_share_host({"192.0.2.7:1"}, 0, 2));
+  CHECK(may_share_host({"127.0.0.1:1", "192.0.2.7:2"}, 2, 2));
 }
