@@ -212,21 +212,65 @@ constexpr double kAnswerMarginSeconds = 2.0;
   throw BootstrapError(text, context_of(c, 0));
 }
 
+// A connection to the leader, retried until `deadline`; invalid when it never answered.
+common::Socket reach_leader(const ResolvedCluster& c, Deadline deadline, WaitLog* wait_log,
+                            std::string* last_error) {
+  auto [host, port] = split_address(c.ring[0]);
+  const std::string leader = c.task_name_of_rank(0) + " at " + c.ring[0];
+  common::Socket s;
+  while (!s.valid() && common::Clock::now() < deadline) {
+    s = common::connect_tcp(host, port, std::min(deadline, common::deadline_after(1)),
+                            last_error);
+    if (!s.valid()) wait_log->tick([&] { return "rendezvous: waiting for " + leader; });
+  }
+  return s;
+}
+
+// Note [listen failure reported]: a follower that cannot listen on its own address (the port
+// taken by another process, an unusable MWMS_LISTEN_FD) fails at once, but its peers would learn
+// of it only when the leader's connect timeout (60 s) named a task that "never arrived". So it
+// first logs its error, then sends the leader a hello carrying it ("listen_error"), and raises
+// its own error once the leader has answered or the connect deadline passed. The leader admits
+// that hello under the same rules as any (Note [rendezvous admission]: the same cluster, world
+// size and an unclaimed rank, and the key when there is one) and then stops the job at once,
+// answering every task with the reported cause: a stranger able to send such a hello could as
+// well take the rank and fail the job, so this gives no new power. A leader that cannot listen
+// has no one to tell: its followers report it unreachable at their deadline.
+void tell_leader_cannot_listen(const ResolvedCluster& c, Deadline deadline, double timeout,
+                               PeerInfo mine, const std::string& error) {
+  const std::string leader = c.task_name_of_rank(0) + " at " + c.ring[0];
+  MWMS_LOG_ERROR(kBoot, error << "; telling " << leader << " so that every task stops");
+  try {
+    WaitLog wait_log(timeout);
+    std::string last_error;
+    common::Socket s = reach_leader(c, deadline, &wait_log, &last_error);
+    if (!s.valid()) return;
+    mine.address = c.ring[c.task_id];
+    json hello = hello_of(c, mine);
+    hello["listen_error"] = error;
+    HandshakeClaim claim{MessageKind::kHello, c.task_id, c.cluster.fingerprint(), hello.dump()};
+    const Deadline answer = common::deadline_after(5);  // the leader answers it at once
+    if (connect_handshake(s.fd(), auth_key_from_env(), claim, answer).status !=
+        ConnectOutcome::Status::kOk) {
+      return;
+    }
+    MessageKind kind;
+    std::string text;
+    recv_message(s.fd(), &kind, &text, answer);  // the leader's answer: the job stops
+  } catch (const Error& e) {
+    MWMS_LOG_DEBUG(kBoot, "could not tell " << leader << ": " << e.what());
+  }
+}
+
 // Follower side: reach the leader, introduce ourselves, receive the ring or the job's error.
 void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const PeerInfo& mine,
                  std::vector<PeerInfo>* peers) {
-  auto [host, port] = split_address(c->ring[0]);
   const AuthKey& key = auth_key_from_env();
   std::string last_error;
   auto start = common::Clock::now();
   WaitLog wait_log(timeout);
   const std::string leader = c->task_name_of_rank(0) + " at " + c->ring[0];
-  common::Socket s;
-  while (!s.valid() && common::Clock::now() < deadline) {
-    s = common::connect_tcp(host, port, std::min(deadline, common::deadline_after(1)),
-                            &last_error);
-    if (!s.valid()) wait_log.tick([&] { return "rendezvous: waiting for " + leader; });
-  }
+  common::Socket s = reach_leader(*c, deadline, &wait_log, &last_error);
   if (!s.valid()) {
     throw BootstrapTimeoutError(c->task_name() + " could not reach " + leader + " for " +
                              fmt_seconds(timeout) + " (last error: " + last_error +
@@ -360,7 +404,15 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
     return out;
   }
   Deadline deadline = common::deadline_after(connect_timeout_seconds);
-  out.listener = open_listener(&c);
+  try {
+    out.listener = open_listener(&c);
+  } catch (const BootstrapError& e) {
+    // Note [listen failure reported]: a follower whose leader's address is known tells it.
+    if (c.task_id != 0 && !addresses_exchanged(c)) {
+      tell_leader_cannot_listen(c, deadline, connect_timeout_seconds, mine, e.what());
+    }
+    throw;
+  }
   mine.address = c.ring[c.task_id];
   out.peers.resize(static_cast<std::size_t>(c.num_workers));
   if (c.task_id == 0) {

@@ -111,6 +111,7 @@ struct Admission {
   std::map<int, std::vector<std::string>> refused_claims;  // by claimed rank, within the bound
   std::map<int, std::pair<Deadline, std::string>> mismatches;  // by rank: grace end, refusal
   std::string fatal;                  // the error that stops the job
+  int fatal_rank = -1;                // the rank that reported it (Note [listen failure reported])
   std::string waiting_note;           // " for up to 60.0 s in all (...)", for the warning
 
   // Records a refusal of a hello claiming `rank` (-1: none readable); warns at once that the
@@ -198,6 +199,18 @@ void admit(ResolvedCluster* c, HandshakeEvent ev, bool authenticated, Admission*
     }
     return;
   }
+  if (h.contains("listen_error")) {
+    // Note [listen failure reported] (rendezvous.cc): a task of this job that cannot listen.
+    std::string why = h["listen_error"].is_string() ? h["listen_error"].get<std::string>()
+                                                    : std::string("no reason given");
+    if (why.size() > 1000) why = why.substr(0, 1000) + "...";
+    a->fatal = why + " (reported to " + c->task_name() + " by " + c->task_name_of_rank(rank) +
+               " from " + ev.source + "; every task stops)";
+    a->fatal_rank = rank;
+    send_message(ev.socket.fd(), MessageKind::kReply,
+                 json{{"ok", false}, {"error", a->fatal}}.dump(), common::deadline_after(1));
+    return;
+  }
   if (c->source == ClusterSource::kTorchrun) c->ring[rank] = h["address"].get<std::string>();
   (*peers)[rank] = std::move(info);
   a->seen[rank] = true;
@@ -207,6 +220,33 @@ void admit(ResolvedCluster* c, HandshakeEvent ev, bool authenticated, Admission*
   ++a->arrived;
   MWMS_LOG_DEBUG(kBoot, "rendezvous: " << c->task_name_of_rank(rank) << " arrived from "
                                        << ev.source);
+}
+
+// Note [answer after a stop]: a job stopped by one task's error (a reported listen failure, a
+// proven mismatch) must not leave the tasks whose hellos were in flight with "connection reset
+// by peer" from a leader that closed its listener under them. For up to kDrainSeconds (never past
+// the deadline) the leader goes on answering every hello that passes the handshake with the
+// job's error, until every rank has been answered.
+constexpr double kDrainSeconds = 2.0;
+
+void drain_with_error(const ResolvedCluster& c, HandshakeServer& server, const std::string& reply,
+                      Deadline deadline, Admission* a) {
+  std::vector<bool> answered = a->seen;
+  if (a->fatal_rank > 0 && a->fatal_rank < c.num_workers) answered[a->fatal_rank] = true;
+  const Deadline until = std::min(deadline, common::deadline_after(kDrainSeconds));
+  auto missing = [&] {
+    for (int r = 1; r < c.num_workers; ++r) {
+      if (!answered[r]) return true;
+    }
+    return false;
+  };
+  while (missing() && common::Clock::now() < until) {
+    std::optional<HandshakeEvent> ev = server.next(until);
+    if (!ev || !ev->ok) continue;
+    send_message(ev->socket.fd(), MessageKind::kReply, reply, common::deadline_after(1));
+    const int r = ev->claim.rank;
+    if (r > 0 && r < c.num_workers) answered[r] = true;
+  }
 }
 
 }  // namespace
@@ -273,6 +313,7 @@ void serve_hellos(ResolvedCluster* c, const common::Socket& listener, Deadline d
       send_message(a.conns[r].fd(), MessageKind::kReply, reply.dump(), common::deadline_after(5));
     }
   }
+  if (!a.fatal.empty()) drain_with_error(*c, server, reply.dump(), deadline, &a);
   if (timed_out) throw BootstrapTimeoutError(error, context_of(*c));
   if (!error.empty()) throw BootstrapError(error, context_of(*c));
 }
