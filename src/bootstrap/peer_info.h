@@ -24,12 +24,24 @@ struct PeerInfo {
   int local_size = 1;     // ranks with this host_id
   std::string transport;  // this rank's MWMS_TRANSPORT choice: auto, tcp, shm or mpi
   std::map<std::string, std::string> blobs;  // transport name -> opaque address (hex or text)
+  std::string process;    // local_process_id() of the rank ("" when unknown): Note [dead process]
 };
 
 /// Identifies this host for "may these ranks share memory": the host name, the kernel's boot id
 /// and the network namespace inode (ranks in different namespaces are different hosts for the
 /// library, which is what test hosts made with `ip netns` need).
 std::string local_host_id();
+
+/// This process for a same-host liveness check (Note [dead process]): "PIDNS:PID:START", the pid
+/// namespace's inode, the pid and the start time (clock ticks after boot, /proc/self/stat field
+/// 22), which together name one process even after its pid is reused; "" when /proc is unreadable.
+std::string local_process_id();
+
+/// True when the process `id` (a local_process_id() of a task with this host id) surely no longer
+/// runs: /proc/PID is gone, the process is a zombie, or PID now names a process started at another
+/// time. False when unsure: "" or malformed, another pid namespace than ours. Reads one /proc
+/// file; never throws; thread-safe.
+bool process_gone(const std::string& id) noexcept;
 
 /// Fills local_rank/local_size of every entry from the host ids (by rank order).
 void assign_local_ranks(std::vector<PeerInfo>* peers);

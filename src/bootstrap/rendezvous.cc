@@ -392,6 +392,7 @@ RendezvousResult rendezvous(const ResolvedCluster& in, double connect_timeout_se
   common::set_log_rank(c.task_id, c.num_workers);
   mine.rank = c.task_id;
   if (mine.host_id.empty()) mine.host_id = local_host_id();
+  if (mine.process.empty()) mine.process = local_process_id();
   if (mine.transport.empty()) mine.transport = "auto";
   // A bad MWMS_AUTH_KEY(_FILE) fails here, before anything listens, and also for a single
   // process: a setting that is wrong must not wait for the job to grow to be reported.

@@ -189,7 +189,12 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
   }
   PeerNames names;
   names.addresses = c.ring;
-  for (int r = 0; r < n; ++r) names.tasks.push_back(c.task_name_of_rank(r));
+  for (int r = 0; r < n; ++r) {
+    names.tasks.push_back(c.task_name_of_rank(r));
+    const bootstrap::PeerInfo& p = rv.peers[static_cast<std::size_t>(r)];
+    const bool here = p.host_id == rv.peers[static_cast<std::size_t>(c.task_id)].host_id;
+    names.processes.push_back(here && r != c.task_id ? p.process : std::string());
+  }
   auto control = std::make_unique<ControlPlane>(c.task_id, std::move(mesh.control), names);
   ErrorContext setup;
   setup.rank = c.task_id;

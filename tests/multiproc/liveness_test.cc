@@ -278,3 +278,54 @@ TEST_CASE("the flight recorder is logged on an abort, local and relayed, naming 
   CHECK_THAT(log0, Contains("FAILED"));  // the collective the abort failed, last
   CHECK_THAT(log0, Contains("every collective of this rank: " + dir + "/trace-0.json"));
 }
+
+// Note [dead process] (bootstrap/peer_info.cc): a rank killed while a process it forked still
+// holds its sockets closes nothing. Its same-host peers must say it died, within about a second,
+// not "stopped or hung" after the heartbeat's 20 s of silence (the timeout here is 30 s), on
+// shared memory and over TCP, both for a rank waiting on it and for one told by the abort.
+TEST_CASE("a killed rank whose forked child holds its sockets is reported dead at once",
+          "[tcp][fault][liveness]") {
+  for (mwms::TransportChoice transport :
+       {mwms::TransportChoice::kAuto, mwms::TransportChoice::kTcp}) {
+    INFO("transport " << (transport == mwms::TransportChoice::kTcp ? "tcp" : "auto (shm)"));
+    LaunchOptions opts = ranks(3);
+    opts.timeout_seconds = 60;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, auto report) {
+      mwms::CommunicatorOptions o = options(30);
+      o.transport = transport;
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf), o);
+      all_reduce(*comm, 1000);
+      if (rank == 2) {
+        if (::fork() == 0) {  // keeps every descriptor of rank 2 open, writes nothing
+          const int null = ::open("/dev/null", O_WRONLY);
+          ::dup2(null, 1);
+          ::dup2(null, 2);
+          ::sleep(6);
+          ::_exit(0);
+        }
+        ::usleep(200000);  // the others are waiting in the next all-reduce
+        ::raise(SIGKILL);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        all_reduce(*comm, 1000);
+        report("no error");
+      } catch (const mwms::PeerError& e) {
+        report(std::string("PeerError: ") + e.what());
+        report("died " + std::string(e.context().cause == mwms::FailureCause::kDied ? "yes" : "no"));
+      }
+      report("failed after " + std::to_string(seconds_since(start)) + " s");
+    });
+    INFO(mwms::testing::describe(results));
+    CHECK(results[2].signal == SIGKILL);
+    for (int r : {0, 1}) {
+      const std::string& out = results[static_cast<std::size_t>(r)].output;
+      CHECK_THAT(out, Contains("PeerError: rank 2"));
+      CHECK_THAT(out, Contains("died: its process (pid"));
+      CHECK_THAT(out, Contains("died yes"));
+      CHECK_THAT(out, !Contains("hung"));
+      const double s = std::stod(out.substr(out.find("failed after ") + 13));
+      CHECK(s < 5);
+    }
+  }
+}

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "bootstrap/peer_info.h"
 #include "common/logging.h"
 
 namespace mwms::collective {
@@ -28,7 +29,9 @@ ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerName
       peer_interval_(links_.size(), -1),
       heard_(links_.size(), common::Clock::now()),
       polled_(common::Clock::now()),
-      heartbeat_off_(links_.size(), false) {
+      heartbeat_off_(links_.size(), false),
+      process_checked_(links_.size(), common::Clock::time_point()),
+      gone_(links_.size(), false) {
   for (std::size_t p = 0; p < links_.size(); ++p) open_[p].store(links_[p].valid());
 }
 
@@ -337,6 +340,30 @@ double ControlPlane::silent_seconds(int peer) const {
   return since(heard_[static_cast<std::size_t>(peer)], polled_);
 }
 
+bool ControlPlane::process_gone(int peer) {
+  const std::size_t p = static_cast<std::size_t>(peer);
+  if (peer < 0 || peer == rank_ || p >= links_.size() || p >= names_.processes.size() ||
+      names_.processes[p].empty() || finalized_after_[p] >= 0) {
+    return false;
+  }
+  if (gone_[p]) return true;
+  const auto now = common::Clock::now();
+  if (since(process_checked_[p], now) < kProcessCheckSeconds) return false;
+  process_checked_[p] = now;
+  gone_[p] = bootstrap::process_gone(names_.processes[p]);
+  return gone_[p];
+}
+
+std::string ControlPlane::gone_reason(int peer) const {
+  const std::string& id = names_.processes[static_cast<std::size_t>(peer)];
+  const std::size_t a = id.find(':');
+  const std::string pid = id.substr(a + 1, id.find(':', a + 1) - a - 1);
+  return name_of(peer) + " died: its process (pid " + pid + " on this host) no longer exists" +
+         (closed(peer) ? std::string()
+                       : ", though its connections are still open (held by a process it "
+                         "forked?)");
+}
+
 void ControlPlane::send_heartbeats(std::uint64_t interval_ms) noexcept {
   FrameHeader h;
   h.kind = static_cast<std::uint8_t>(CollectiveKind::kHeartbeat);
@@ -428,6 +455,19 @@ void ControlPlane::check_between_collectives() noexcept {
     return;  // std::bad_alloc building a message: the next collective's own waits see it
   }
   for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
+    if (!closed(p) && process_gone(p)) {  // Note [dead process]
+      try {
+        failure_.text = gone_reason(p);
+        failure_.cause = AbortCause::kPeer;
+        failure_.why = FailureCause::kDied;
+        failure_.peer = p;
+        failure_.set = true;
+        MWMS_LOG_WARN(kColl, "between collectives: " << failure_.text
+                                                     << "; the next collective of this rank will fail");
+      } catch (...) {
+      }
+      return;
+    }
     if (!lost(p)) continue;
     try {
       failure_.text = lost_reason(p);

@@ -97,6 +97,9 @@ enum class AbortCause : std::uint8_t { kPeer = 0, kMismatch = 1, kTimeout = 2 };
 struct PeerNames {
   std::vector<std::string> addresses;  // by rank
   std::vector<std::string> tasks;      // by rank ("chief 0", "worker 1")
+  /// By rank: the peer-info's process id for a rank on this host, "" otherwise (Note [dead
+  /// process], bootstrap/peer_info.cc). May be empty: nothing is judged then.
+  std::vector<std::string> processes;
 };
 
 class ControlPlane {
@@ -131,6 +134,14 @@ class ControlPlane {
   /// True when `peer` is lost (Note [heartbeat]): the heartbeat is on, `peer` neither finalized
   /// nor closed its link, and the last poll found nothing from it for kLostIntervals intervals.
   bool lost(int peer) const;
+  /// True when `peer` runs on this host and its process is gone although its links may still be
+  /// open (Note [dead process]: they are held by a process it forked). Looks at /proc at most
+  /// every kProcessCheckSeconds per peer (a cached false in between); needs the reader lock like
+  /// lost(). An error raised with gone_reason() sets ErrorContext::cause to FailureCause::kDied.
+  bool process_gone(int peer);
+  static constexpr double kProcessCheckSeconds = 0.25;
+  /// Why `peer` is gone, for errors: its name and that its process no longer exists.
+  std::string gone_reason(int peer) const;
   /// Seconds `peer` had been silent at the last poll; -1 when the heartbeat is off.
   double silent_seconds(int peer) const;
   /// Why `peer` is lost, for errors: its name, how long it was silent, the likely causes. An
@@ -229,6 +240,8 @@ class ControlPlane {
   common::Clock::time_point polled_;           // end of the last poll (reader_)
   std::uint64_t messages_ = 0;                 // frames read so far (reader_)
   std::vector<bool> heartbeat_off_;            // by rank: stop sending (writer_)
+  std::vector<common::Clock::time_point> process_checked_;  // Note [dead process] (reader_)
+  std::vector<bool> gone_;                                   // by rank, once seen (reader_)
   ErrorContext base_;
   struct Failure {
     bool set = false;

@@ -297,6 +297,14 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                        ctx);
   }
   if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
+  if (control_ != nullptr && waited >= 0 && control_->process_gone(waited)) {
+    ErrorContext c = control_->with_peer(ctx, waited);  // Note [dead process] (peer_info.cc)
+    c.transport = link_to(waited, ctx).caps().name;
+    c.elapsed_seconds = since(st.start);
+    c.cause = FailureCause::kDied;
+    throw PeerError(control_->gone_reason(waited) + "; this rank waited for it in " + ctx.op +
+                        " seq " + std::to_string(seq), c);
+  }
   // A peer whose control link closed may still have left its last bytes in shared memory: it is
   // dead only if the links were polled after the close was seen and nothing moved, so this is
   // checked before sleeping, never right after the poll that saw the close. A peer that
