@@ -16,6 +16,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/descriptors.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
@@ -445,10 +446,10 @@ std::optional<HandshakeEvent> HandshakeServer::next(Deadline until) {
         } else {
           pending_.push_back(std::move(p));
         }
-      } else if (errno == EMFILE || errno == ENFILE) {
-        // The connection stays queued and the listener readable: do not spin on it.
-        MWMS_LOG_WARN(kBoot, "cannot accept a connection: " << std::strerror(errno));
-        ::poll(nullptr, 0, 50);
+      } else if (common::descriptors_exhausted(errno)) {
+        // Note [descriptor budget]: the connection stays queued and the listener readable, and
+        // no descriptor comes back by waiting: fail now, naming the limit.
+        throw BootstrapError("cannot accept a connection: " + common::errno_description(errno));
       }
     }
     for (std::size_t i = 1; rc > 0 && i < fds.size(); ++i) {

@@ -104,7 +104,8 @@ void assign_local_ranks(std::vector<PeerInfo>* peers) {
 json to_json(const PeerInfo& p) {
   return json{{"rank", p.rank},           {"address", p.address},
               {"host_id", p.host_id},     {"transport", p.transport},
-              {"blobs", p.blobs},         {"process", p.process}};
+              {"blobs", p.blobs},         {"process", p.process},
+              {"fd_headroom", p.fd_headroom}};
 }
 
 bool from_json(const json& j, PeerInfo* out, std::string* why) noexcept {
@@ -133,6 +134,14 @@ bool from_json(const json& j, PeerInfo* out, std::string* why) noexcept {
     }
     // Optional (Note [dead process]): "" when absent; bounded like any string.
     if (j.contains("process") && !str("process", 64, &p.process)) return false;
+    if (j.contains("fd_headroom")) {  // optional, Note [descriptor budget]
+      const json& h = j["fd_headroom"];
+      if (!h.is_number_integer() || h.get<long long>() < -1 || h.get<long long>() > (1LL << 31)) {
+        *why = "peer info 'fd_headroom' is not an integer in [-1, 2^31]";
+        return false;
+      }
+      p.fd_headroom = static_cast<long>(h.get<long long>());
+    }
     if (!j.contains("blobs") || !j["blobs"].is_object() || j["blobs"].size() > kMaxBlobs) {
       *why = "peer info 'blobs' is not an object of at most " + std::to_string(kMaxBlobs);
       return false;

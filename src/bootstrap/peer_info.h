@@ -25,6 +25,7 @@ struct PeerInfo {
   std::string transport;  // this rank's MWMS_TRANSPORT choice: auto, tcp, shm or mpi
   std::map<std::string, std::string> blobs;  // transport name -> opaque address (hex or text)
   std::string process;    // local_process_id() of the rank ("" when unknown): Note [dead process]
+  long fd_headroom = -1;  // descriptors it may still open, -1 unknown: Note [descriptor budget]
 };
 
 /// Identifies this host for "may these ranks share memory": the host name, the kernel's boot id

@@ -219,8 +219,13 @@ common::Socket reach_leader(const ResolvedCluster& c, Deadline deadline, WaitLog
   const std::string leader = c.task_name_of_rank(0) + " at " + c.ring[0];
   common::Socket s;
   while (!s.valid() && common::Clock::now() < deadline) {
+    bool exhausted = false;
     s = common::connect_tcp(host, port, std::min(deadline, common::deadline_after(1)),
-                            last_error);
+                            last_error, &exhausted);
+    if (exhausted) {  // Note [descriptor budget]
+      throw BootstrapError(c.task_name() + " could not connect to " + leader + ": " + *last_error,
+                           context_of(c, 0));
+    }
     if (!s.valid()) wait_log->tick([&] { return "rendezvous: waiting for " + leader; });
   }
   return s;

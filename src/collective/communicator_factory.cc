@@ -11,6 +11,7 @@
 #include "collective/backend/engine_backend.h"
 #include "collective/transport/tcp/tcp_transport.h"
 #include "collective/transport/transport.h"
+#include "common/descriptors.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
@@ -82,6 +83,49 @@ HostLayout host_layout_of(const std::vector<bootstrap::PeerInfo>& peers) {
   return HostLayout::from_hosts(host_of);
 }
 
+// Note [descriptor budget]: every rank checks every rank's need against the headroom it
+// published, so all fail together, before anything connects, naming the same ranks.
+void check_descriptor_budgets(const ResolvedCluster& c,
+                              const std::vector<bootstrap::PeerInfo>& peers) {
+  const int n = static_cast<int>(peers.size());
+  const int streams = static_cast<int>(common::env_int("MWMS_NSOCKS_PERPEER"));
+  std::string short_of;
+  int first = -1;
+  for (int r = 0; r < n; ++r) {
+    const long headroom = peers[static_cast<std::size_t>(r)].fd_headroom;
+    if (headroom < 0) continue;
+    common::DescriptorBudget b;
+    b.world_size = n;
+    b.streams_per_peer = std::max(1, streams);
+    std::vector<TransportKind> kinds = choose_transports(r, peers);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      b.tcp_peers += kinds[static_cast<std::size_t>(p)] == TransportKind::kTcp ? 1 : 0;
+      b.shm_peers += kinds[static_cast<std::size_t>(p)] == TransportKind::kShm ? 1 : 0;
+    }
+    if (b.total() <= headroom) continue;
+    if (first < 0) first = r;
+    short_of += (short_of.empty() ? "" : "; ") + c.task_name_of_rank(r) + " (" +
+                peers[static_cast<std::size_t>(r)].address + ") may open " +
+                std::to_string(headroom) + " more file descriptors under its limit (ulimit -n) "
+                "but needs " + std::to_string(b.total()) + " for this job: " + b.describe() +
+                "; raise its limit by at least " + std::to_string(b.total() - headroom);
+  }
+  if (first < 0) return;
+  ErrorContext ctx;
+  ctx.rank = c.task_id;
+  ctx.world_size = n;
+  ctx.task = c.task_name();
+  ctx.op = "link setup";
+  ctx.peer_rank = first;
+  ctx.peer_task = c.task_name_of_rank(first);
+  ctx.peer_address = peers[static_cast<std::size_t>(first)].address;
+  throw BootstrapError("out of file descriptors: " + short_of +
+                           " (ulimit -n, systemd LimitNOFILE, docker --ulimit nofile; or fewer "
+                           "TCP streams, MWMS_NSOCKS_PERPEER); every task stops",
+                       ctx);
+}
+
 }  // namespace
 
 ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
@@ -140,6 +184,7 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
       local[k] = std::move(t);
     }
   }
+  mine.fd_headroom = alone ? -1 : common::descriptor_headroom();  // Note [descriptor budget]
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout, mine);
   // Without a launcher's local rank, the host ids of the exchange give it.
   if (rv.cluster.source != ClusterSource::kMpi && !rv.peers.empty()) {
@@ -165,6 +210,7 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
   const int n = c.num_workers;
   std::vector<TransportKind> kinds = choose_transports(c.task_id, rv.peers);
   check_tcp_streams(c, rv.peers, kinds);  // Note [stream count agreement] (tcp_transport.cc)
+  check_descriptor_budgets(c, rv.peers);   // Note [descriptor budget] (common/descriptors.cc)
   MeshSockets mesh = connect_mesh(c, rv.listener, kinds, connect_timeout);
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
   ConnectContext cctx;

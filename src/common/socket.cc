@@ -16,6 +16,8 @@
 #include <cstring>
 #include <thread>
 
+#include "common/descriptors.h"
+
 namespace mwms::common {
 
 double seconds_left(Deadline d) {
@@ -48,7 +50,7 @@ std::string IoResult::describe() const {
     case IoStatus::kOk: return "ok";
     case IoStatus::kTimeout: return "timed out";
     case IoStatus::kClosed: return "connection closed by peer";
-    case IoStatus::kError: return std::strerror(error);
+    case IoStatus::kError: return errno_description(error);  // Note [descriptor budget]
   }
   return "unknown";
 }
@@ -258,7 +260,9 @@ bool is_self_connection(int fd) {
 }
 
 // One connection attempt to any resolved address; returns a connected socket or sets *err.
-Socket try_connect(const std::string& host, int port, Deadline deadline, std::string* err) {
+// *fatal: a failure that no retry can cure (out of descriptors).
+Socket try_connect(const std::string& host, int port, Deadline deadline, std::string* err,
+                   bool* fatal) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -277,7 +281,11 @@ Socket try_connect(const std::string& host, int port, Deadline deadline, std::st
   Socket result;
   for (addrinfo* ai = res; ai != nullptr && !result.valid(); ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!s.valid()) continue;
+    if (!s.valid()) {
+      *err = errno_description(errno);
+      if (descriptors_exhausted(errno)) *fatal = true;  // Note [descriptor budget]: no retry
+      continue;
+    }
     set_nonblocking(s.fd());
     if (::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
       *err = std::strerror(errno);
@@ -312,12 +320,15 @@ Socket try_connect(const std::string& host, int port, Deadline deadline, std::st
 
 }  // namespace
 
-Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error) {
+Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error,
+                   bool* exhausted) {
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
-    Socket s = try_connect(host, port, deadline, last_error);
+    bool fatal = false;
+    Socket s = try_connect(host, port, deadline, last_error, &fatal);
     if (s.valid()) return s;
-    if (Clock::now() + backoff >= deadline) return Socket();
+    if (exhausted != nullptr) *exhausted = fatal;
+    if (fatal || Clock::now() + backoff >= deadline) return Socket();
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }

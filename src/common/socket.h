@@ -73,8 +73,10 @@ Socket adopt_listener(int fd);
 /// Connects to host:port, retrying refused/unreachable/unresolvable attempts with back-off
 /// (10 ms doubling to 500 ms) until `deadline`. On failure returns an invalid Socket and a text
 /// describing the last attempt's error in *last_error (each attempt waits at least 50 ms, past
-/// `deadline` if need be, so a refusal is told from a timeout).
-Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error);
+/// `deadline` if need be, so a refusal is told from a timeout). Out of descriptors (EMFILE,
+/// ENFILE) it returns at once, with *exhausted set when given (Note [descriptor budget]).
+Socket connect_tcp(const std::string& host, int port, Deadline deadline, std::string* last_error,
+                   bool* exhausted = nullptr);
 
 /// Accepts one connection before `deadline`; invalid Socket on timeout or error (see *result).
 Socket accept_until(const Socket& listener, Deadline deadline, IoResult* result);

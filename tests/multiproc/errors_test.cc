@@ -2,6 +2,7 @@
 // the task and address or the rank, within its timeout, and never hang.
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
+#include "common/descriptors.h"
+#include "common/env.h"
 #include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
@@ -637,5 +640,72 @@ TEST_CASE("a host cut off mid all-reduce makes every other rank fail naming it",
     CHECK_THAT(results[r].output, !Contains("wrong result"));
     // Connect, five all-reduces, the cut, then at most a timeout and the abort relay (~1 s).
     CHECK(results[r].seconds < timeout + 10);
+  }
+}
+
+// Note [descriptor budget]: a rank whose `ulimit -n` cannot hold what this job needs makes every
+// task fail at once, before anything connects, naming it, its headroom, the need and its parts,
+// instead of failing mid-connect while its peers wait out the connect timeout (30 s here).
+TEST_CASE("a rank short of file descriptors makes every task fail at once naming the limit",
+          "[tcp][fault]") {
+  ::setenv("MWMS_NSOCKS_PERPEER", "3", 1);
+  if (mwms::common::env_int("MWMS_NSOCKS_PERPEER") != 3) {
+    WARN("skipped: this test binary read MWMS_NSOCKS_PERPEER before; run this case alone");
+    return;
+  }
+  for (int victim : {1, 0}) {
+    INFO("rank with the low limit: " << victim);
+    LaunchOptions opts;
+    opts.world_size = 4;
+    opts.timeout_seconds = 60;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, const auto& report) {
+      if (rank == victim) {  // room for 10 more: 4 ranks x 3 streams need 18
+        rlimit r{};
+        ::getrlimit(RLIMIT_NOFILE, &r);
+        r.rlim_cur = static_cast<rlim_t>(mwms::common::open_descriptors() + 10);
+        if (::setrlimit(RLIMIT_NOFILE, &r) != 0) throw std::runtime_error("setrlimit failed");
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(30));
+        report("no error");
+      } catch (const mwms::BootstrapError& e) {
+        report(std::string("error: ") + e.what());
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      report("seconds " + std::to_string(s));
+    });
+    INFO(mwms::testing::describe(results));
+    for (const ChildResult& r : results) {
+      REQUIRE(r.exit_code == 0);
+      const std::string& out = r.output;
+      CHECK_THAT(out, Contains("error: out of file descriptors: worker " + std::to_string(victim)));
+      CHECK_THAT(out, Contains("more file descriptors under its limit (ulimit -n) but "
+                               "needs 18 for this job: 1 listener, 3 control links, 9 TCP streams "
+                               "to 3 peers (MWMS_NSOCKS_PERPEER=3), 3 epoll sets"));
+      CHECK(std::stod(out.substr(out.find("seconds ") + 8)) < 10);
+    }
+  }
+  // The need is what the job really opens: with room for exactly 18, it runs.
+  LaunchOptions opts;
+  opts.world_size = 4;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, const auto& report) {
+    if (rank == 1) {
+      rlimit r{};
+      ::getrlimit(RLIMIT_NOFILE, &r);
+      r.rlim_cur = static_cast<rlim_t>(mwms::common::open_descriptors() + 18);
+      if (::setrlimit(RLIMIT_NOFILE, &r) != 0) throw std::runtime_error("setrlimit failed");
+    }
+    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), quick(30));
+    std::vector<float> v(100000, static_cast<float>(rank + 1));
+    comm->all_reduce(v.data(), v.size(), mwms::DataType::kFloat32, mwms::ReduceOp::kSum);
+    report("sum " + std::to_string(static_cast<int>(v[99999])));
+    comm->finalize();
+  });
+  INFO(mwms::testing::describe(results));
+  for (const ChildResult& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("sum 10"));
   }
 }

@@ -196,14 +196,15 @@ TEST_CASE("mwms-doctor check finds a busy port, a foreign address and says why",
   Run a = doctor(two_workers(free_port, busy.port, 0), "check --timeout 1");
   INFO(a.out);
   CHECK(a.status == 0);
-  CHECK(severities(a) == std::vector<std::string>{"ok", "info"});
+  // The first finding is the descriptor budget (ok under the test's limit).
+  CHECK(severities(a) == std::vector<std::string>{"ok", "ok", "info"});
   // This task's own port is taken: an error naming the port, with the fix; exit 2.
   Run b = doctor(two_workers(free_port, busy.port, 1), "check --timeout 1");
   INFO(b.out);
   CHECK(b.status == 2);
-  REQUIRE(severities(b) == std::vector<std::string>{"ok", "error"});
+  REQUIRE(severities(b) == std::vector<std::string>{"ok", "ok", "error"});
   const nlohmann::json b_doc = nlohmann::json::parse(b.out);
-  const nlohmann::json& f = b_doc["check"][1];
+  const nlohmann::json& f = b_doc["check"][2];
   CHECK(f["what"].get<std::string>().find("port " + std::to_string(busy.port) +
                                           " is already in use") != std::string::npos);
   CHECK_FALSE(f["fix"].get<std::string>().empty());
@@ -212,8 +213,36 @@ TEST_CASE("mwms-doctor check finds a busy port, a foreign address and says why",
   INFO(c.out);
   CHECK(c.status == 2);
   const nlohmann::json c_doc = nlohmann::json::parse(c.out);
-  CHECK(c_doc["check"][0]["cause"].get<std::string>().find("wrong task index") !=
+  CHECK(c_doc["check"][1]["cause"].get<std::string>().find("wrong task index") !=
         std::string::npos);
+}
+
+// Note [descriptor budget]: `check` sets this task's need (world size, transport, streams per
+// peer) against `ulimit -n`: an error finding with the fix under a limit too low, ok otherwise.
+TEST_CASE("mwms-doctor check reports the descriptor budget against ulimit -n", "[unit][tools]") {
+  const std::string tf =
+      R"({"cluster":{"worker":["localhost:1","localhost:2","localhost:3","localhost:4"]},)"
+      R"("task":{"type":"worker","index":0}})";
+  const std::string cmd = "TF_CONFIG=" + quote(tf) +
+                          " MWMS_TRANSPORT=tcp MWMS_NSOCKS_PERPEER=3 sh -c 'ulimit -n %d && "
+                          MWMS_DOCTOR_PATH " --json check --timeout 0.1' 2>/dev/null";
+  for (int limit : {16, 200}) {
+    char line[1024];
+    std::snprintf(line, sizeof line, cmd.c_str(), limit);
+    Run r = run_shell(line);
+    INFO(r.out);
+    const nlohmann::json doc = nlohmann::json::parse(r.out);
+    const nlohmann::json& f = doc["check"][0];
+    const std::string what = f["what"].get<std::string>();
+    CHECK(what.find("limit " + std::to_string(limit) + " (ulimit -n)") != std::string::npos);
+    CHECK(what.find("needs about 18 (1 listener, 3 control links, 9 TCP streams to 3 peers "
+                    "(MWMS_NSOCKS_PERPEER=3), 3 epoll sets") != std::string::npos);
+    CHECK(f["severity"] == (limit == 16 ? "error" : "ok"));
+    if (limit == 16) {
+      CHECK(r.status == 2);
+      CHECK(f["fix"].get<std::string>().find("ulimit -n") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("mwms-doctor usage errors exit 2 with a JSON error under --json", "[unit][tools]") {

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/descriptors.h"
 #include "doctor_device.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
@@ -229,6 +231,8 @@ bool in_container() {
   return ::access("/.dockerenv", F_OK) == 0 || ::access("/run/.containerenv", F_OK) == 0;
 }
 
+Finding descriptor_finding(const mwms::ResolvedCluster& r);
+
 std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeout) {
   std::vector<Finding> out;
   if (r.ring.empty() || !r.in_ring || r.source == mwms::ClusterSource::kMpi) {
@@ -237,6 +241,9 @@ std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeou
                                                                            : "mpirun exchanges the addresses at start-up"),
                    "", ""});
     return out;
+  }
+  if (r.task_id >= 0 && r.task_id < static_cast<int>(r.ring.size())) {
+    out.push_back(descriptor_finding(r));
   }
   for (std::size_t i = 0; i < r.ring.size(); ++i) {
     const int rank = static_cast<int>(i);
@@ -298,6 +305,44 @@ std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeou
     }
   }
   return out;
+}
+
+// Note [descriptor budget] (common/descriptors.cc): this task's need against `ulimit -n`. The
+// exchange is not run here, so a peer counts as shared memory when its address names this task's
+// host and the transport allows it, as TCP otherwise (the library's own check, after the
+// exchange, is exact).
+Finding descriptor_finding(const mwms::ResolvedCluster& r) {
+  const char* t = std::getenv("MWMS_TRANSPORT");
+  const std::string transport = t != nullptr && *t != '\0' ? t : "auto";
+  const char* ns = std::getenv("MWMS_NSOCKS_PERPEER");
+  mwms::common::DescriptorBudget b;
+  b.world_size = static_cast<int>(r.ring.size());
+  b.streams_per_peer = ns != nullptr && std::atoi(ns) > 0 ? std::atoi(ns) : 1;
+  const std::string mine = split_address(r.ring[static_cast<std::size_t>(r.task_id)]).first;
+  for (std::size_t i = 0; i < r.ring.size(); ++i) {
+    if (static_cast<int>(i) == r.task_id || transport == "mpi") continue;
+    const bool here = split_address(r.ring[i]).first == mine;
+    (transport == "shm" || (transport == "auto" && here) ? b.shm_peers : b.tcp_peers) += 1;
+  }
+  const long limit = mwms::common::descriptor_limit();
+  const long open = mwms::common::open_descriptors();
+  const std::string need = std::to_string(b.total()) + " (" + b.describe() + ")";
+  if (limit < 0) {
+    return {"ok", "file descriptors: no limit (ulimit -n unlimited); this task needs about " + need,
+            "", ""};
+  }
+  const std::string have = "limit " + std::to_string(limit) + " (ulimit -n), " +
+                           std::to_string(open) + " open in mwms-doctor";
+  if (limit - open < b.total()) {
+    return {"error",
+            "file descriptors: " + have + ", but this task needs about " + need + " more",
+            "the soft limit of this shell, container or service is below what the world size, "
+            "transport and MWMS_NSOCKS_PERPEER need",
+            "raise it (ulimit -n " + std::to_string(open + b.total() + 64) +
+                ", systemd LimitNOFILE, docker --ulimit nofile) or lower MWMS_NSOCKS_PERPEER"};
+  }
+  return {"ok", "file descriptors: " + have + "; this task needs about " + need +
+                    " beside the program's own", "", ""};
 }
 
 void print_error(bool json, const char* what, const char* kind) {

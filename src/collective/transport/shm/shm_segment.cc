@@ -17,6 +17,7 @@
 #include <new>
 #include <random>
 
+#include "common/descriptors.h"
 #include "mwms/errors.h"
 
 namespace mwms::collective {
@@ -59,7 +60,7 @@ std::size_t total_bytes(int world_size, std::size_t ring_bytes) {
   return kPage + static_cast<std::size_t>(world_size) * shm_slot_bytes(ring_bytes);
 }
 
-std::string errno_text(int err) { return std::string(std::strerror(err)); }
+std::string errno_text(int err) { return common::errno_description(err); }
 
 [[noreturn]] void throw_os(const std::string& what, int err) {
   throw BackendError("shared memory: " + what + " failed: " + errno_text(err) +

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/descriptors.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
 
@@ -46,9 +47,10 @@ TcpLink::TcpLink(int peer, std::vector<common::Socket> streams, std::size_t stri
   if (nstreams_ == 1) return;
   epoll_ = common::Socket(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid()) {
+    const int err = errno;
     throw BackendError(std::string("epoll_create1 for the TCP link to rank ") +
-                           std::to_string(peer) + " failed: " + std::strerror(errno),
-                       errno);
+                           std::to_string(peer) + " failed: " + common::errno_description(err),
+                       err);
   }
   for (int i = 0; i < nstreams_; ++i) {
     epoll_event ev{};

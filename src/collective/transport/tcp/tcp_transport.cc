@@ -40,7 +40,13 @@ common::Socket connect_to(const ResolvedCluster& c, int peer, MessageKind kind,
   const std::string& address = c.ring[static_cast<std::size_t>(peer)];
   auto [host, port] = split_address(address);
   std::string error;
-  common::Socket s = common::connect_tcp(host, port, deadline, &error);
+  bool exhausted = false;
+  common::Socket s = common::connect_tcp(host, port, deadline, &error, &exhausted);
+  if (!s.valid() && exhausted) {  // Note [descriptor budget]: not a timeout, and no wait
+    throw BootstrapError(c.task_name() + " could not connect to " + c.task_name_of_rank(peer) +
+                             " at " + address + ": " + error,
+                         mesh_context(c, peer));
+  }
   if (!s.valid()) {
     throw BootstrapTimeoutError(c.task_name() + " could not connect to " +
                                     c.task_name_of_rank(peer) +
