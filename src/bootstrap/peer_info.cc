@@ -1,11 +1,14 @@
 #include "bootstrap/peer_info.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
-#include <sstream>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 namespace mwms::bootstrap {
@@ -39,60 +42,82 @@ std::string pid_namespace() {
   return ::stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(st.st_ino) : "";
 }
 
-// Field 3 (state) and field 22 (start time) of /proc/PID/stat; false when it cannot be read.
-bool read_stat(const std::string& pid, char* state, std::string* start, bool* missing) {
+// Field 3 (state) and field 22 (start time) of /proc/PID/stat, read into `line` (no allocation:
+// a wait's liveness check runs on the steady-state path). False when it cannot be read.
+bool read_stat(const char* pid, char* state, std::string_view* start, bool* missing,
+               char (&line)[1024]) {
   *missing = false;
-  std::ifstream in("/proc/" + pid + "/stat");
-  if (!in) {
-    *missing = errno == ENOENT;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *missing = errno == ENOENT || errno == ESRCH;
     return false;
   }
-  std::string line;
-  std::getline(in, line);
-  const std::size_t close = line.rfind(')');  // the command name may hold spaces and ')'
-  if (close == std::string::npos || line.size() > 4096) return false;
-  std::istringstream fields(line.substr(close + 1));
-  std::string f;
-  for (int i = 3; i <= 22 && fields >> f; ++i) {
-    if (i == 3) *state = f.empty() ? '?' : f[0];
+  ssize_t n;
+  do n = ::read(fd, line, sizeof(line) - 1); while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) {
+    *missing = n == 0 || errno == ESRCH;  // the process went while we read
+    return false;
+  }
+  const std::string_view all(line, static_cast<std::size_t>(n));
+  const std::size_t close = all.rfind(')');  // the command name may hold spaces and ')'
+  if (close == std::string_view::npos) return false;
+  std::string_view rest = all.substr(close + 1);
+  for (int i = 3; i <= 22; ++i) {
+    const std::size_t b = rest.find_first_not_of(" \n");
+    if (b == std::string_view::npos) return false;
+    rest.remove_prefix(b);
+    const std::size_t e = std::min(rest.find_first_of(" \n"), rest.size());
+    if (i == 3) *state = rest[0];
     if (i == 22) {
-      *start = f;
+      *start = rest.substr(0, e);
       return true;
     }
+    rest.remove_prefix(e);
   }
   return false;
+}
+
+// Computed once (a pid namespace never changes under a running process).
+const std::string& own_pid_namespace() {
+  static const std::string ns = pid_namespace();
+  return ns;
 }
 
 }  // namespace
 
 std::string local_process_id() {
   char state = 0;
-  std::string start;
+  std::string_view start;
   bool missing = false;
-  const std::string ns = pid_namespace();
-  if (ns.empty() || !read_stat("self", &state, &start, &missing)) return "";
-  return ns + ":" + std::to_string(::getpid()) + ":" + start;
+  char line[1024];
+  const std::string& ns = own_pid_namespace();
+  if (ns.empty() || !read_stat("self", &state, &start, &missing, line)) return "";
+  return ns + ":" + std::to_string(::getpid()) + ":" + std::string(start);
 }
 
 bool process_gone(const std::string& id) noexcept {
-  try {
-    const std::size_t a = id.find(':');
-    const std::size_t b = a == std::string::npos ? a : id.find(':', a + 1);
-    if (b == std::string::npos || id.size() > 64 || id.substr(0, a) != pid_namespace()) {
-      return false;
-    }
-    const std::string pid = id.substr(a + 1, b - a - 1);
-    if (pid.empty() || pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string::npos) {
-      return false;
-    }
-    char state = 0;
-    std::string start;
-    bool missing = false;
-    if (!read_stat(pid, &state, &start, &missing)) return missing;
-    return state == 'Z' || state == 'X' || start != id.substr(b + 1);
-  } catch (...) {
+  // No allocation here (Note [dead process]; the steady-state tests count operator new).
+  const std::string_view v(id);
+  const std::size_t a = v.find(':');
+  const std::size_t b = a == std::string_view::npos ? a : v.find(':', a + 1);
+  if (b == std::string_view::npos || v.size() > 64) return false;
+  const std::string& ns = own_pid_namespace();
+  if (ns.empty() || v.substr(0, a) != ns) return false;
+  const std::string_view pid = v.substr(a + 1, b - a - 1);
+  if (pid.empty() || pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string_view::npos) {
     return false;
   }
+  char pid_text[16] = {0};
+  pid.copy(pid_text, pid.size());
+  char state = 0;
+  std::string_view start;
+  bool missing = false;
+  char line[1024];
+  if (!read_stat(pid_text, &state, &start, &missing, line)) return missing;
+  return state == 'Z' || state == 'X' || start != v.substr(b + 1);
 }
 
 void assign_local_ranks(std::vector<PeerInfo>* peers) {

@@ -1,6 +1,9 @@
 #include "collective/engine/control_plane.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 
@@ -347,9 +350,15 @@ bool ControlPlane::process_gone(int peer) {
     return false;
   }
   if (gone_[p]) return true;
+  if (closed(peer)) return false;  // the close (and a finalize before it) tells more
   const auto now = common::Clock::now();
   if (since(process_checked_[p], now) < kProcessCheckSeconds) return false;
   process_checked_[p] = now;
+  // Only a link with nothing to read and no end-of-file is held open by someone else: a peer
+  // that exited normally left its finalized notice or its close to be read first.
+  char byte;
+  const ssize_t n = ::recv(links_[p].fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
   gone_[p] = bootstrap::process_gone(names_.processes[p]);
   return gone_[p];
 }

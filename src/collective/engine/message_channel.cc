@@ -320,7 +320,9 @@ void MessageChannel::check_deaths(const ErrorContext& ctx) noexcept {
                         "waited for it in " + ctx.op + ": its process died, was killed or "
                         "exited without saying goodbye", c);
       }
-      if (control_->process_gone(p)) {  // Note [dead process] (bootstrap/peer_info.cc)
+      // Note [dead process] (bootstrap/peer_info.cc): only after a while without progress.
+      if (since(last_progress_) >= ControlPlane::kProcessCheckSeconds &&
+          control_->process_gone(p)) {
         ErrorContext c = with_peer(ctx, p);
         c.cause = FailureCause::kDied;
         throw PeerError(control_->gone_reason(p) + "; this rank waited for it in " + ctx.op, c);

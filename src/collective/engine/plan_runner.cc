@@ -297,7 +297,9 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                        ctx);
   }
   if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
-  if (control_ != nullptr && waited >= 0 && control_->process_gone(waited)) {
+  // Note [dead process]: only a wait without progress for a while looks (it reads /proc).
+  if (control_ != nullptr && waited >= 0 && idle >= ControlPlane::kProcessCheckSeconds &&
+      control_->process_gone(waited)) {
     ErrorContext c = control_->with_peer(ctx, waited);  // Note [dead process] (peer_info.cc)
     c.transport = link_to(waited, ctx).caps().name;
     c.elapsed_seconds = since(st.start);
