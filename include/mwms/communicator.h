@@ -5,7 +5,14 @@
 /// Contract (as in NCCL and MPI): every rank calls the same collectives in the same order with
 /// matching count, dtype, op and root. A mismatch is detected (each collective carries a sequence
 /// number and a description that both ends of every link check) and raised as
-/// CollectiveMismatchError rather than corrupting memory.
+/// CollectiveMismatchError rather than corrupting memory. A rank refuses a call at the first
+/// envelope it receives, before any payload byte of it touches the caller's buffers, so a rank
+/// whose first receive is from a disagreeing peer (at two ranks: every rank) leaves its buffers
+/// bit for bit as they were (all-gather's own block is placed last). When only some ranks
+/// disagree, a rank that had already reduced or received an agreeing peer's data before the
+/// disagreement reached it (relayed as PeerError) may hold partial results: its buffers' content
+/// is then unspecified, as after any failed collective (MPI's and NCCL's rule). A broadcast's
+/// root only sends and may complete; its next collective fails with the relayed error.
 ///
 /// @code
 ///   // correct: both ranks all-reduce 1024 floats, then broadcast

@@ -251,3 +251,48 @@ TEST_CASE("steady-state collectives over MPI allocate nothing", "[mpi]") {
   for (int i = 0; i < 10; ++i) round();
   CHECK(mwms::testing::allocations() - before == 0);
 }
+
+TEST_CASE("a refused collective over MPI leaves the caller's buffers as they were", "[mpi]") {
+  // Issue 20, item 2 (Note [accept before landing]): every rank passes the same bytes with
+  // another dtype, so every rank's first envelope is refused and no rank may have written its
+  // buffer, whatever the world size.
+  const DataType kinds[] = {DataType::kFloat32, DataType::kFloat16, DataType::kFloat64,
+                            DataType::kInt32, DataType::kBFloat16, DataType::kInt64};
+  struct Case {
+    const char* algorithm;
+    std::size_t bytes;
+    bool broadcast;
+  };
+  const Case cases[] = {{"rd", 64, false}, {"ring", 1 << 20, false}, {"", 4096, true},
+                        {"", 1 << 20, true}};
+  for (const Case& k : cases) {
+    INFO("algorithm " << k.algorithm << " bytes " << k.bytes << " broadcast " << k.broadcast);
+    mwms::CommunicatorOptions copts;
+    copts.transport = mwms::TransportChoice::kMpi;
+    copts.timeout_seconds = 30;
+    copts.algorithm = k.algorithm;
+    auto comm = mwms::Communicator::create(mwms::resolve_from_environment(), copts);
+    const int rank = comm->rank();
+    REQUIRE(comm->world_size() <= 6);
+    const DataType dtype = kinds[rank];
+    std::vector<unsigned char> buf(k.bytes);
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(0x21 + (i + rank) % 64);
+    const std::vector<unsigned char> before = buf;
+    bool refused = false;
+    try {
+      if (k.broadcast) {
+        comm->broadcast(buf.data(), k.bytes / mwms::dtype_size(dtype), dtype, 0);
+      } else {
+        comm->all_reduce(buf.data(), k.bytes / mwms::dtype_size(dtype), dtype, ReduceOp::kSum);
+      }
+    } catch (const mwms::CollectiveMismatchError&) {
+      refused = true;
+    } catch (const mwms::PeerError& e) {
+      refused = std::string(e.what()).find("ranks called different collectives") != std::string::npos;
+      if (!refused) FAIL(e.what());
+    }
+    // A broadcast's root only sends and may complete without hearing the refusals.
+    CHECK((refused || (k.broadcast && rank == 0)));
+    CHECK(buf == before);
+  }
+}

@@ -21,8 +21,11 @@ class RingAllGather final : public Algorithm {
     plan->reset(static_cast<std::size_t>(n - 1));
     for (int s = 0; s < n - 1; ++s) {
       Transfer& t = plan->transfers[s];
-      set_send(call, t, s, wrap_rank(r + 1, n), b.recv + wrap_rank(r - s, n) * block, block,
-               s - 1);
+      // Step 0 sends our own block from the input: it is copied into place only after the run
+      // (engine_backend.cc), so a refused call leaves the output as it was (Note [accept before
+      // landing]).
+      const char* out = s == 0 ? b.send : b.recv + wrap_rank(r - s, n) * block;
+      set_send(call, t, s, wrap_rank(r + 1, n), out, block, s - 1);
       set_recv(call, t, s, wrap_rank(r - 1, n), b.recv + wrap_rank(r - s - 1, n) * block, block,
                false, -1);
     }

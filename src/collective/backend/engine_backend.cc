@@ -73,14 +73,17 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   Buffers b = args.buffers;
   const std::size_t esize = dtype_size(call.dtype);
   const int n = call.world_size;
-  // Local parts every algorithm shares: reduce-scatter's and all-gather's own block.
-  if (call.kind == CollectiveKind::kAllGather) {
+  // All-gather's own block goes into place after the run, so that a refused call leaves the
+  // output as it was (Note [accept before landing], link.h); the ring sends it from the input.
+  auto place_own_block = [&] {
+    if (call.kind != CollectiveKind::kAllGather) return;
     const std::size_t block = call.count / static_cast<std::size_t>(n) * esize;
     char* own = b.recv + static_cast<std::size_t>(call.rank) * block;
     if (own != b.send && block > 0) std::memmove(own, b.send, block);
-  }
+  };
   last_algorithm_ = 0xff;
   if (n == 1) {
+    place_own_block();
     if (call.kind == CollectiveKind::kReduceScatter && b.recv != b.send && call.count > 0) {
       std::memmove(b.recv, b.send, call.count * esize);
     }
@@ -115,6 +118,7 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   }
   sel.algorithm->stage(call, b, scratch);
   runner_.run(plan_, call.dtype, call.op, n, options_.timeout_seconds, ctx);
+  place_own_block();
   sel.algorithm->finish(call, b, scratch);
 }
 

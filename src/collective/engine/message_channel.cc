@@ -227,6 +227,14 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
     }
     peer.recv_checked = true;
     moved = true;
+    // Note [accept before landing] (link.h): only now may the link land payload.
+    peer.recv.accepted = true;
+    try {
+      peer.link->poll_recv(peer.recv);
+    } catch (const Error&) {
+      fail_from_link(p, ctx);
+      return true;
+    }
   }
   if (peer.sink != nullptr) {
     try {

@@ -219,6 +219,14 @@ bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx)
       check_frame(t.expect_header, recv_slot_.header, c);
     }
     st.recv_checked = true;
+    // Note [accept before landing] (link.h): only now may the link land payload; poll again at
+    // once so that what already arrived is not left for the next round.
+    recv_slot_.accepted = true;
+    try {
+      moved = link.poll_recv(recv_slot_) || moved;
+    } catch (const Error&) {
+      rethrow_link_error(t.recv_peer, ctx);
+    }
   }
   const std::size_t before = recv_slot_.consumed;
   consume(plan, st, link);

@@ -9,6 +9,16 @@
 // at most `ready` bytes. A receive slot's payload is consumed bit by bit: the link makes bytes
 // available (`arrived`), the runner reads them through recv_view() and hands them back with
 // recv_release(). Messages between two ranks are FIFO per direction.
+//
+// Note [accept before landing]: a receive's envelope is checked by the runner (plan_runner.cc,
+// message_channel.cc) before any payload byte is written at `landing`, which is often the
+// caller's buffer (the all-gather half of a ring, the last step of recursive doubling, a
+// broadcast): a call the ranks disagree on raises CollectiveMismatchError and must leave that
+// buffer as it was (communicator.h). So a link writes at `landing` only once the runner has set
+// RecvSlot::accepted, which it does right after the envelope matched, and polls again at once.
+// Until then a link may hold payload where it is (a shared-memory ring, the socket buffer, a
+// small bounce buffer of its own) but not land it. Payload read through recv_view() from the
+// link's own memory needs no acceptance: the runner reads nothing before it accepted.
 #pragma once
 
 #include <cstddef>
@@ -66,10 +76,12 @@ struct RecvSlot {
   std::size_t arrived = 0;    // payload bytes available to recv_view
   std::size_t consumed = 0;   // payload bytes released by the runner
   std::size_t header_got = 0; // link progress on the envelope
+  bool accepted = false;      // the runner checked the envelope: Note [accept before landing]
   void* link_state = nullptr;
 
   void start(char* dst, std::size_t n, bool land) {
     header_arrived = false;
+    accepted = false;
     landing = dst;
     bytes = n;
     must_land = land;

@@ -110,8 +110,9 @@ bool RingLink::poll_recv(RecvSlot& slot) {
     publish_tail(rx_payload_start_);
     moved = true;
   }
-  // A peer whose envelope disagrees is reported by the runner; do not interpret its payload.
-  if (slot.header.payload_bytes != slot.bytes) return moved;
+  // A peer whose envelope disagrees is reported by the runner; do not interpret its payload, and
+  // land nothing before the runner accepted the envelope (Note [accept before landing]).
+  if (!slot.accepted || slot.header.payload_bytes != slot.bytes) return moved;
   const std::uint64_t in_ring = std::min<std::uint64_t>(head - rx_payload_start_, slot.bytes);
   if (in_ring <= slot.arrived) return moved;
   if (!slot.must_land) {

@@ -214,7 +214,7 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
     slot.link_state = &d;
   }
   if (!slot.header_arrived) {
-    // Envelope first, alone: the runner checks it before any payload receive is posted.
+    // Envelope first, alone: the runner accepts it before any payload receive is posted.
     bool moved = test(d, true, 1);
     advance(d);
     if (!d.envelope_done) return moved;
@@ -223,6 +223,7 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
     if (d.pieces == 0) d.active = false;
     return true;
   }
+  if (!slot.accepted) return false;  // Note [accept before landing]: no payload receive posted
   bool moved = false;
   const bool staged = !slot.must_land;
   if (staged && staging_.empty()) staging_.resize(kStageSlots * chunk_);  // once per link

@@ -13,8 +13,8 @@
 // SendSlot::ready covers all of it (Note [ring gating]); every count is at most `chunk`, which the
 // transport keeps below INT_MAX. At most kWindow pieces are in flight per direction; the request
 // arrays live in the link (nothing is allocated per message). Payload receives are posted only
-// after the runner accepted the envelope (the poll after header_arrived was set), so a mismatched
-// collective never has receives posted into the caller's buffer. MPI cannot land bytes anywhere
+// after the runner accepted the envelope (RecvSlot::accepted, Note [accept before landing]), so a
+// mismatched collective never has receives posted into the caller's buffer. MPI cannot land bytes anywhere
 // but in the posted buffer: a payload lands in RecvSlot::landing (in_place_recv false) and
 // `arrived` counts the completed pieces in order.
 //

@@ -172,16 +172,29 @@ bool TcpLink::poll_recv(RecvSlot& slot) {
   if (slot.header_arrived && slot.arrived == slot.bytes) return false;
   if (slot.link_state == nullptr) {  // a new message (RecvSlot::start cleared it)
     for (int i = 0; i < nstreams_; ++i) streams_[static_cast<std::size_t>(i)].received = 0;
+    peeked_ = 0;
     slot.link_state = this;
   }
   // Until the envelope is checked the payload length is the one the plan expects; the runner
-  // checks the envelope before it reads any payload byte.
+  // checks the envelope before it reads any payload byte, and nothing lands before it accepted
+  // the envelope (Note [tcp peek]).
   const std::size_t u = stripe_for(slot.bytes);
+  const bool accepted = slot.accepted;
+  if (accepted && peeked_ > 0) {
+    std::memcpy(slot.landing, peek_.data(), peeked_);  // stream 0's first bytes: offsets 0..
+    peeked_ = 0;
+  }
+  const std::size_t peek_limit = std::min({kPeekBytes, share(0, slot.bytes), u});
   bool moved = false;
   std::size_t contiguous = slot.bytes;
   for (int i = 0; i < nstreams_; ++i) {
     Stream& s = streams_[static_cast<std::size_t>(i)];
     const std::size_t mine = share(i, slot.bytes);
+    if (!accepted && i > 0) {  // read once the envelope is accepted
+      s.want_in = false;
+      sync_interest(s);
+      continue;
+    }
     iovec iov[kMaxIov + 1];
     int k = 0;
     const bool header = i == 0 && slot.header_got < kHeader;
@@ -189,11 +202,15 @@ bool TcpLink::poll_recv(RecvSlot& slot) {
       iov[k++] = {reinterpret_cast<char*>(&slot.header) + slot.header_got,
                   kHeader - slot.header_got};
     }
-    for (std::size_t pos = s.received; pos < mine && k < kMaxIov + (header ? 1 : 0);) {
-      const std::size_t off = offset(i, pos, u);
-      const std::size_t len = std::min(u - pos % u, slot.bytes - off);
-      iov[k++] = {slot.landing + off, len};
-      pos += len;
+    if (!accepted) {
+      if (s.received < peek_limit) iov[k++] = {peek_.data() + s.received, peek_limit - s.received};
+    } else {
+      for (std::size_t pos = s.received; pos < mine && k < kMaxIov + (header ? 1 : 0);) {
+        const std::size_t off = offset(i, pos, u);
+        const std::size_t len = std::min(u - pos % u, slot.bytes - off);
+        iov[k++] = {slot.landing + off, len};
+        pos += len;
+      }
     }
     if (k > 0) {
       msghdr msg{};
@@ -213,6 +230,7 @@ bool TcpLink::poll_recv(RecvSlot& slot) {
         const std::size_t h = header ? std::min(got, kHeader - slot.header_got) : 0;
         slot.header_got += h;
         s.received += got - h;
+        if (!accepted) peeked_ = s.received;
         moved = true;
       }
     }
@@ -221,7 +239,7 @@ bool TcpLink::poll_recv(RecvSlot& slot) {
     if (s.received < mine) contiguous = std::min(contiguous, offset(i, s.received, u));
   }
   slot.header_arrived = slot.header_got == kHeader;
-  slot.arrived = contiguous;
+  slot.arrived = accepted ? contiguous : 0;
   return moved;
 }
 

@@ -21,6 +21,13 @@
 // descriptor becomes readable when any stream can progress and never for a stream that is done.
 // An epoll descriptor only ever polls readable, hence wait_events() answers POLLIN for both
 // directions.
+//
+// Note [tcp peek]: the payload must not land before the runner accepted the envelope (Note
+// [accept before landing], link.h), yet a small message should stay one recvmsg. So while the
+// envelope is not accepted, stream 0 reads the envelope together with at most kPeekBytes of its
+// first stripe into a bounce buffer of the link, and the other streams are not read; once
+// accepted, the bounced bytes are copied to the landing area (at most 16 KiB, in cache) and the
+// rest is read in place as before. A large message pays one more recvmsg, a small one nothing.
 #pragma once
 
 #include <array>
@@ -69,6 +76,9 @@ class TcpLink final : public Link {
   int nstreams_;
   std::size_t stripe_bytes_;
   std::array<Stream, kMaxStreams> streams_;
+  static constexpr std::size_t kPeekBytes = 16 << 10;  // Note [tcp peek]
+  std::array<char, kPeekBytes> peek_{};
+  std::size_t peeked_ = 0;  // payload bytes of the current message waiting in peek_
   common::Socket epoll_;  // K > 1 only (Note [tcp wait fd])
   TransportCaps caps_;
 };
