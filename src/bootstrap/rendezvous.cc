@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -275,13 +277,6 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const Pe
   auto start = common::Clock::now();
   WaitLog wait_log(timeout);
   const std::string leader = c->task_name_of_rank(0) + " at " + c->ring[0];
-  common::Socket s = reach_leader(*c, deadline, &wait_log, &last_error);
-  if (!s.valid()) {
-    throw BootstrapTimeoutError(c->task_name() + " could not reach " + leader + " for " +
-                             fmt_seconds(timeout) + " (last error: " + last_error +
-                             "); is that task running with the same cluster?",
-                         context_of(*c, 0));
-  }
   // The leader answers once every rank has arrived, by its own deadline (Note [rendezvous
   // admission]); honour the connect timeout within a small margin.
   const Deadline answer_deadline =
@@ -289,8 +284,40 @@ void join_leader(ResolvedCluster* c, Deadline deadline, double timeout, const Pe
                      std::chrono::duration<double>(kAnswerMarginSeconds));
   HandshakeClaim claim{MessageKind::kHello, c->task_id, c->cluster.fingerprint(),
                        hello_of(*c, mine).dump()};
-  ConnectOutcome o = connect_handshake(s.fd(), key, claim, answer_deadline);
-  if (o.status != ConnectOutcome::Status::kOk) throw_handshake(*c, o);
+  common::Socket s;
+  for (;;) {
+    s = reach_leader(*c, deadline, &wait_log, &last_error);
+    if (!s.valid()) {
+      throw BootstrapTimeoutError(c->task_name() + " could not reach " + leader + " for " +
+                                      fmt_seconds(timeout) + " (last error: " + last_error +
+                                      "); is that task running with the same cluster?",
+                                  context_of(*c, 0));
+    }
+    ConnectOutcome o = connect_handshake(s.fd(), key, claim, answer_deadline);
+    if (o.status == ConnectOutcome::Status::kOk) break;
+    // Note [leader not listening yet]: the leader's port may still belong to the previous
+    // communicator of that task (one program creating communicators one after another, a
+    // session reconnecting after a failure): its start-up listener closes with our connection
+    // queued (a reset), or its link phase refuses a hello. That leader will listen for this
+    // rendezvous soon, so both are retried until the connect deadline, like a refused connect.
+    const bool closed_queued =
+        o.status == ConnectOutcome::Status::kIo &&
+        (o.io.status == common::IoStatus::kClosed ||
+         (o.io.status == common::IoStatus::kError &&
+          (o.io.error == ECONNRESET || o.io.error == EPIPE)));
+    const bool between_rendezvous =
+        o.status == ConnectOutcome::Status::kRefused &&
+        o.detail.find("takes no rendezvous hello now") != std::string::npos;
+    if (!(closed_queued || between_rendezvous) || common::Clock::now() >= deadline) {
+      throw_handshake(*c, o);
+    }
+    last_error = o.status == ConnectOutcome::Status::kIo ? o.io.describe() : o.detail;
+    MWMS_LOG_DEBUG(kBoot, "rendezvous: " << leader << " did not take our hello (" << last_error
+                                         << "); it is not listening for this rendezvous yet, "
+                                            "retrying");
+    wait_log.tick([&] { return "rendezvous: waiting for " + leader + " to listen"; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   MessageKind kind;
   std::string text;
   IoResult r{IoStatus::kTimeout, 0};

@@ -1,6 +1,7 @@
 // The errors users hit (DESIGN "Bootstrap", issue #2): each must fail with a clear message naming
 // the task and address or the rank, within its timeout, and never hang.
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -140,6 +141,51 @@ TEST_CASE("a worker whose port is taken makes every task fail at once naming it"
     const double s = std::stod(out.substr(out.find("seconds ") + 8));
     CHECK(s < 10);
   }
+}
+
+// Note [leader not listening yet] (bootstrap/rendezvous.cc): a program that creates communicators
+// one after another (or a session reconnecting) can reach the leader's port while the leader's
+// previous listener is closing: the connection is reset, or refused by the link phase. The
+// follower failed at once ("Connection reset by peer") while the leader waited its whole connect
+// timeout for it; it must keep trying until the leader listens. Here the leader's port first
+// resets every connection for 1.5 s.
+TEST_CASE("a follower whose hellos are reset waits until the leader listens", "[tcp][fault]") {
+  LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, const auto& report) {
+    auto cluster = mwms::resolve_tf_config(tf_config);
+    if (rank == 0) {
+      const std::string& own = cluster.ring[0];
+      const int fd = mwms::testing::bind_any(std::stoi(own.substr(own.rfind(':') + 1)));
+      if (fd < 0 || ::listen(fd, 16) != 0) throw std::runtime_error("cannot listen");
+      int resets = 0;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+      while (std::chrono::steady_clock::now() < until) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c < 0) continue;
+        linger hard{1, 0};  // close with a reset, as a listener closing with a queued connection
+        ::setsockopt(c, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+        ::close(c);
+        ++resets;
+      }
+      ::close(fd);
+      report("resets " + std::to_string(resets) + "\n");
+    }
+    auto comm = mwms::Communicator::create(cluster, quick(20));
+    std::int32_t v = rank + 1;
+    comm->all_reduce(&v, 1, mwms::DataType::kInt32, mwms::ReduceOp::kSum);
+    report("sum " + std::to_string(v));
+  });
+  INFO(mwms::testing::describe(results));
+  REQUIRE(results.size() == 2);
+  for (const ChildResult& r : results) {
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("sum 3"));
+  }
+  CHECK_THAT(results[0].output, !Contains("resets 0"));
 }
 
 TEST_CASE("the test launcher runs again with fresh ports when one is taken before its bind",
