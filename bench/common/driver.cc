@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/collective.h"
@@ -102,12 +103,33 @@ class Sweep {
     return count_wrong(collective_, buffer_.data(), shape, options_.dtype);
   }
 
-  // One contender of a row: libmwms, MPI_Allreduce or a Gloo algorithm, on its buffer.
+  // One contender of a row: libmwms, MPI_Allreduce or a Gloo algorithm, on its buffer; `settle`
+  // (may be empty) runs after each of its iterations, outside the timing.
   struct Contender {
     void* buffer;
     int warmups;
     std::function<void()> run;
+    std::function<void()> settle;
   };
+
+  // Note [leaving mpi]: Open MPI progresses only inside MPI calls (no progress thread). A rank
+  // whose MPI_Allreduce returned may still owe a peer a message (a send queued on the TCP BTL,
+  // the last exchange of redscat_allgather), and once it is inside libmwms's next collective it
+  // makes no MPI call: the peer waits in MPI_Allreduce for it while it waits in libmwms for the
+  // peer, until the timeout (2 of 3 runs of 4 ranks on 2 loaded cores, --backend tcp). So after
+  // every MPI iteration, outside the timing, the ranks leave MPI together: a libmwms barrier runs
+  // asynchronously while this thread keeps calling MPI_Iprobe, and the next contender starts only
+  // when every rank is past its MPI call. It sits at the same point of the counted loop on every
+  // rank (never a clock), so every rank runs the same collectives in the same order, and the
+  // barrier's deadline bounds it like any libmwms wait.
+  void leave_mpi() {
+    std::shared_ptr<Work> done = comm_.barrier_async();
+    while (!done->test()) {
+      mpi::progress();
+      std::this_thread::yield();  // more ranks than cores: let the one we wait for run
+    }
+    done->wait();  // rethrows the barrier's error
+  }
 
   // Note [interleaved comparison]: the machines are shared, so memory bandwidth and CPU time move
   // by tens of percent within a second. Timing each contender's iterations as one block would
@@ -118,7 +140,10 @@ class Sweep {
   std::vector<double> interleaved_medians(std::size_t elements, std::vector<Contender>& contenders) {
     for (Contender& c : contenders) {
       fill_constant(c.buffer, elements, options_.dtype, collective_.timing_value(options_.op));
-      for (int i = 0; i < c.warmups; ++i) c.run();
+      for (int i = 0; i < c.warmups; ++i) {
+        c.run();
+        if (c.settle) c.settle();
+      }
     }
     comm_.barrier();  // start the timed loop together, not skewed by the check above
     times_us_.resize(contenders.size());
@@ -128,6 +153,7 @@ class Sweep {
         Stopwatch watch;
         contenders[k].run();
         times_us_[k][static_cast<std::size_t>(i)] = watch.elapsed_us();
+        if (contenders[k].settle) contenders[k].settle();
       }
     }
     std::vector<double> medians;
@@ -146,9 +172,10 @@ class Sweep {
       wrong = check_first_iteration(call);
       if (warmups > 0) --warmups;
     }
-    std::vector<Contender> contenders{{buffer_.data(), warmups, [&] { run_ours(call); }}};
+    std::vector<Contender> contenders{{buffer_.data(), warmups, [&] { run_ours(call); }, {}}};
     if (options_.compare_mpi) {
-      contenders.push_back({mpi_buffer_.data(), options_.warmup_iters, [&] { run_mpi(call); }});
+      contenders.push_back({mpi_buffer_.data(), options_.warmup_iters, [&] { run_mpi(call); },
+                            [this] { leave_mpi(); }});
     }
     if (options_.compare_gloo) {
       // Gloo's algorithms are built for this buffer and count (their scratch allocated here, not
@@ -156,9 +183,9 @@ class Sweep {
       gloo_baseline::prepare(buffer_.data(), elements, options_.dtype, options_.op);
       using gloo_baseline::Algorithm;
       contenders.push_back({buffer_.data(), options_.warmup_iters,
-                            [] { gloo_baseline::run(Algorithm::kRingChunked); }});
+                            [] { gloo_baseline::run(Algorithm::kRingChunked); }, {}});
       contenders.push_back({buffer_.data(), options_.warmup_iters,
-                            [] { gloo_baseline::run(Algorithm::kHalvingDoubling); }});
+                            [] { gloo_baseline::run(Algorithm::kHalvingDoubling); }, {}});
     }
     const std::vector<double> medians = interleaved_medians(elements, contenders);
     double times[4] = {medians[0], 0.0, 0.0, 0.0};

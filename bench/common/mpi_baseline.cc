@@ -117,6 +117,12 @@ std::string unsupported_reason(DataType dtype, ReduceOp op) {
   return {};
 }
 
+void progress() {
+  int flag = 0;
+  throw_if_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE),
+               "MPI_Iprobe");
+}
+
 void all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
   const int n = to_mpi_count(count, "MPI_Allreduce");
   throw_if_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, n, to_mpi(dtype), to_mpi(op), MPI_COMM_WORLD),

@@ -29,6 +29,12 @@ void finalize() noexcept;
 /// Kills every rank of the job (after an error on one rank, so the others do not wait forever).
 [[noreturn]] void abort_job(int status) noexcept;
 
+/// Lets MPI move what it still owes peers (one MPI_Iprobe on MPI_COMM_WORLD): Open MPI has no
+/// progress thread, so a rank that returned from MPI_Allreduce may still hold a send another rank
+/// waits for, and only its next MPI call pushes it (Note [leaving mpi], driver.cc). Never blocks.
+/// @throws mwms::BackendError on an MPI error.
+void progress();
+
 /// First line of MPI_Get_library_version ("Open MPI v4.1.4, package: ..."); empty without MPI.
 std::string library_version();
 

@@ -17,6 +17,7 @@ bool active() { return false; }
 int world_size() { return 0; }
 void finalize() noexcept {}
 void abort_job(int status) noexcept { std::exit(status); }
+void progress() { throw BackendError(kNoMpi, 0); }
 std::string library_version() { return {}; }
 std::string unsupported_reason(DataType, ReduceOp) { return kNoMpi; }
 void all_reduce(void*, std::size_t, DataType, ReduceOp) { throw BackendError(kNoMpi, 0); }
