@@ -27,7 +27,6 @@ ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerName
       fds_(static_cast<std::size_t>(kMaxExtra) + links_.size()),
       fd_peer_(fds_.size(), -1),
       waits_for_(links_.size(), -1),
-      waits_seq_(links_.size(), 0),
       finalized_after_(links_.size(), -1),
       peer_interval_(links_.size(), -1),
       heard_(links_.size(), common::Clock::now()),
@@ -128,12 +127,12 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
     return;
   }
   if (framed && h.kind == static_cast<std::uint8_t>(CollectiveKind::kStallNotice)) {
-    int waiter = h.step;
-    int waited = h.root;
-    if (waiter >= 0 && waiter < static_cast<int>(waits_for_.size()) && waited >= 0 &&
-        waited < static_cast<int>(waits_for_.size())) {
+    // Note [stall blame]: the sender waits for `root`, or (root -1) no longer waits. Only a
+    // rank's own notice moves its edge.
+    const int waiter = h.step;
+    const int waited = h.root;
+    if (waiter == peer && waited >= -1 && waited < static_cast<int>(waits_for_.size())) {
       waits_for_[static_cast<std::size_t>(waiter)] = waited;
-      waits_seq_[static_cast<std::size_t>(waiter)] = h.seq;
     }
     return;
   }
@@ -238,7 +237,6 @@ void ControlPlane::send_stall_notice(std::uint64_t seq, int waited) noexcept {
   h.step = rank_;
   h.seq = seq;
   waits_for_[static_cast<std::size_t>(rank_)] = waited;
-  waits_seq_[static_cast<std::size_t>(rank_)] = seq;
   std::lock_guard<std::mutex> lock(writer_);
   common::Deadline d = common::deadline_after(0.5);
   for (std::size_t p = 0; p < links_.size(); ++p) {
@@ -291,14 +289,15 @@ void ControlPlane::send_finalized(std::uint64_t collectives) noexcept {
   }
 }
 
-int ControlPlane::blame(std::uint64_t seq, int waited) const {
-  // Note [stall blame]: follow "waits for" edges of this collective; stop at a rank that waits
-  // for nobody (the one that stalled) or when the chain loops.
+int ControlPlane::blame(int waited) const {
+  // Note [stall blame]: follow the current "waits for" edges, whatever collective each rank is
+  // in; stop at a rank that waits for nobody (the one that stalled), at this rank, or when the
+  // chain loops.
   int at = waited;
   for (std::size_t hops = 0; hops < waits_for_.size(); ++hops) {
     if (at < 0 || at >= static_cast<int>(waits_for_.size())) break;
     int next = waits_for_[static_cast<std::size_t>(at)];
-    if (next < 0 || waits_seq_[static_cast<std::size_t>(at)] != seq || next == rank_) break;
+    if (next < 0 || next == rank_) break;
     at = next;
   }
   return at;

@@ -4,14 +4,21 @@
 // a process that died, death notices, and the notice of an orderly shutdown. Messages are
 // FrameHeaders of kind kAbort (root = the rank that failed, op = AbortCause, dtype = the
 // FailureCause of the failing rank's error, payload = reason),
-// kStallNotice (root = the rank waited for, step = the waiting rank, seq = the collective) or
+// kStallNotice (root = the rank waited for or -1: no longer waits, step = the waiting rank, seq =
+// the collective) or
 // kFinalized (root = the sender, seq = the collectives it completed, no payload).
 //
 // Note [stall blame]: a rank blocked on peer p for half the timeout (half the stall-warning
-// interval when that is shorter, Note [stall warning]) tells every rank "I wait for p in seq S". A rank that times out follows that chain from the peer it waits for to the rank
-// that waits for nobody, and names it: every rank's TimeoutError names the rank that actually
-// stalled, not an innocent neighbour that waits for it too.
-//
+// interval when that is shorter, Note [stall warning]) tells every rank "I wait for p in seq S",
+// and "I no longer wait" (root -1) once it moves again. A rank that times out follows that chain
+// from the peer it waits for to the rank that waits for nobody, and names it: every rank's
+// TimeoutError names the rank that actually stalled, not an innocent neighbour that waits for it
+// too. The edges are followed whatever collective each rank is in: with one rank stopped, a
+// neighbour can have finished collective S (its last bytes came before the stop) and wait in
+// S + 1 for a rank still stuck in S (3-4 ranks on shared memory: 1 survivor in 13 named its
+// neighbour while edges were only followed within one seq). The cleared notice keeps an old
+// edge from being followed after the wait it described has ended.
+
 // Note [finalize]: Communicator::finalize() runs a barrier, then sends kFinalized (seq = the
 // number of collectives it completed, the barrier included) to every peer, then closes its links.
 // A peer that has seen it knows two things: a closed control link of that rank is an orderly
@@ -189,7 +196,8 @@ class ControlPlane {
   bool gave_up() const noexcept { return gave_up_.load(std::memory_order_acquire); }
   /// The reason given to the send_abort() that made gave_up() true. Read only after gave_up().
   const std::string& gave_up_reason() const noexcept { return gave_up_reason_; }
-  /// Tells every peer that this rank waits for `waited` in collective `seq` (Note [stall blame]).
+  /// Tells every peer that this rank waits for `waited` in collective `seq` (Note [stall blame]);
+  /// `waited` -1: it no longer waits (sent when a rank that sent a notice moves again).
   void send_stall_notice(std::uint64_t seq, int waited) noexcept;
   /// Tells every peer that this rank finalized after `collectives` collectives (Note
   /// [finalize]). Best effort (a peer that already closed is skipped), at most ~1 s, never
@@ -203,8 +211,8 @@ class ControlPlane {
   int finalized_before(std::uint64_t seq) const {
     return first_finalized_ >= 0 && first_finalized_seq_ <= seq ? first_finalized_ : -1;
   }
-  /// The rank to blame for a stall in `seq` when this rank waits for `waited`.
-  int blame(std::uint64_t seq, int waited) const;
+  /// The rank to blame for a stall when this rank waits for `waited` (Note [stall blame]).
+  int blame(int waited) const;
 
  private:
   void read_message(int peer, const ErrorContext& ctx);
@@ -222,7 +230,6 @@ class ControlPlane {
   std::vector<pollfd> fds_;   // preallocated: kMaxExtra + one per peer
   std::vector<int> fd_peer_;  // rank of fds_[i] (-1 for extra)
   std::vector<int> waits_for_;           // Note [stall blame]: rank -> rank it waits for
-  std::vector<std::uint64_t> waits_seq_;
   std::vector<std::int64_t> finalized_after_;  // Note [finalize]: by rank, -1 until it finalized
   int first_finalized_ = -1;                   // the rank that finalized after fewest collectives
   std::uint64_t first_finalized_seq_ = 0;

@@ -243,6 +243,11 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   // While spinning, look at the clock every 16th round only: a read costs as much as a poll, and
   // a small collective that completes within 16 rounds never reads it (Note [idle time]).
   if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
+    if (st.notice_sent && st.progress != st.progress_seen) {
+      // Note [stall blame]: moving again; the edge this rank announced is gone.
+      control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
+      st.notice_sent = false;
+    }
     if ((st.spins & 15) == 0) {
       st.progress_seen = st.progress;
       st.warns = 0;
@@ -283,7 +288,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   if (waited >= 0) watch_stall(st, seq, waited, idle, ctx);
   const double left = st.timeout - idle;
   if (left <= 0) {
-    int peer = control_ != nullptr ? control_->blame(seq, waited) : waited;
+    int peer = control_ != nullptr ? control_->blame(waited) : waited;
     std::string via;
     if (peer != waited) via = " (rank " + std::to_string(waited) + " is waiting for it too)";
     ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
@@ -403,7 +408,7 @@ void PlanRunner::warn_stall(std::uint64_t seq, int waited, double idle, double t
       control_ != nullptr ? control_->name_of(waited) : "rank " + std::to_string(waited);
   int end = waited;
   if (control_ != nullptr) {
-    end = control_->blame(seq, waited);
+    end = control_->blame(waited);
     if (end != waited) who += ", which waits for " + control_->name_of(end);
     const double silent = control_->silent_seconds(end);
     char heard[160] = "";
@@ -445,6 +450,7 @@ void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_si
     }
     wait(plan, st, ctx);
   }
+  if (st.notice_sent) control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
 }
 
 }  // namespace mwms::collective

@@ -279,3 +279,51 @@ TEST_CASE("heartbeat: a malformed heartbeat is a PeerError", "[unit][collective]
   CHECK_THROWS_WITH(p.plane->poll(nullptr, 0, 1000, mwms::ErrorContext{}),
                     Contains("malformed heartbeat (root is not the sender"));
 }
+
+TEST_CASE("stall blame follows the wait chain across collectives and forgets a cleared wait",
+          "[unit][collective]") {
+  // Note [stall blame]: rank 1 of 3 waits in seq 6 for rank 0, which is still in seq 5 waiting
+  // for rank 2 (it sent rank 1 its last bytes of seq 5 before rank 2 stopped). Rank 1 must name
+  // rank 2, the end of the chain; before, edges of another seq were not followed and rank 1
+  // named rank 0 (issue 20, item 4).
+  int a[2], b[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, a) == 0);
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, b) == 0);
+  REQUIRE(::fcntl(a[0], F_SETFL, O_NONBLOCK) == 0);
+  REQUIRE(::fcntl(b[0], F_SETFL, O_NONBLOCK) == 0);
+  std::vector<mwms::common::Socket> links(3);
+  links[0] = mwms::common::Socket(a[0]);
+  links[2] = mwms::common::Socket(b[0]);
+  mwms::common::Socket rank0(a[1]), rank2(b[1]);
+  mwms::collective::PeerNames names;
+  names.addresses = {"a:1", "b:2", "c:3"};
+  names.tasks = {"worker 0", "worker 1", "worker 2"};
+  ControlPlane plane(1, std::move(links), names);
+  mwms::ErrorContext ctx;
+  auto notice = [](int waiter, int waited, std::uint64_t seq) {
+    FrameHeader h;
+    h.kind = static_cast<std::uint8_t>(CollectiveKind::kStallNotice);
+    h.step = waiter;
+    h.root = waited;
+    h.seq = seq;
+    return h;
+  };
+  CHECK(plane.blame(0) == 0);  // nothing heard: the rank waited for
+  send(rank0.fd(), notice(0, 2, 5));
+  plane.poll(nullptr, 0, 1000, ctx);
+  CHECK(plane.blame(0) == 2);
+  // A notice about rank 0 sent by rank 2 is not believed: only a rank's own notice moves its edge.
+  send(rank2.fd(), notice(0, 1, 5));
+  plane.poll(nullptr, 0, 1000, ctx);
+  CHECK(plane.blame(0) == 2);
+  // Rank 0 moves again: its wait is over, and an old edge must not blame rank 2 later.
+  send(rank0.fd(), notice(0, -1, 5));
+  plane.poll(nullptr, 0, 1000, ctx);
+  CHECK(plane.blame(0) == 0);
+  // A chain that comes back to this rank stops before it: rank 1 never blames itself.
+  send(rank0.fd(), notice(0, 2, 7));
+  send(rank2.fd(), notice(2, 1, 7));
+  plane.poll(nullptr, 0, 1000, ctx);
+  plane.poll(nullptr, 0, 1000, ctx);
+  CHECK(plane.blame(0) == 2);
+}
