@@ -19,7 +19,6 @@
 
 namespace {
 
-using Catch::Matchers::Contains;
 using mwms::DataType;
 using mwms::ReduceOp;
 using mwms::testing::ChildResult;
