@@ -3,6 +3,7 @@ hierarchy with a dead, late or mismatched peer, Ctrl-C in a blocked collective, 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -100,3 +101,23 @@ def test_packaged_mwmsrun():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[0] sum 3.0 rank 0 of 2" in out.stdout and "[1] sum 3.0 rank 1 of 2" in out.stdout
+
+
+def test_all_reduce_bench_checks_every_size(tmp_path):
+    """bench/python/all_reduce_bench.py on 2 ranks: every size's first iteration is checked
+    (rank r contributes r + 1, so every element must be 3) and the JSON rows say so."""
+    launcher = shutil.which("mwmsrun") or os.path.join(os.path.dirname(sys.executable), "mwmsrun")
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "python",
+                         "all_reduce_bench.py")
+    if not os.path.exists(bench):
+        pytest.skip("bench/python is not beside this test (an installed package)")
+    out_json = tmp_path / "rows.json"
+    out = subprocess.run([launcher, "-np", "2", "--", sys.executable, bench, "-b", "4", "-e",
+                          "1M", "-f", "16", "-n", "3", "-w", "1", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = json.loads(out_json.read_text())
+    rows = [r for r in records if r["record"] == "row"]
+    assert [r["size"] for r in rows] == [4, 64, 1024, 16384, 262144]
+    assert all(r["wrong"] == 0 and r["ranks"] == 2 and r["time_us"] > 0 for r in rows)
+    assert records[-1]["ok"] is True and "Out of bounds values : 0 OK" in out.stdout
