@@ -79,7 +79,14 @@ nlohmann::json to_json(const mwms::ResolvedCluster& r) {
 void print_human(const mwms::ResolvedCluster& r) {
   std::cout << "source:      " << mwms::source_name(r.source) << " (" << r.source_detail << ")\n";
   std::cout << "task:        " << r.task_name() << "\n";
-  if (!r.in_ring) {
+  const bool ps_task = r.task.type == "ps";
+  if (ps_task) {
+    std::cout << "role:        parameter server: holds variable shards and serves the workers' "
+                 "pulls and pushes (train --job_name ps, docs/parameter_server.md); outside the "
+                 "all-reduce ring\n";
+    std::cout << "address:     " << r.cluster.task_address("ps", r.task.index)
+              << "  <- this process\n";
+  } else if (!r.in_ring) {
     std::cout << "role:        evaluator: outside the training ring, its own world of one\n";
   } else {
     std::cout << "rank:        " << r.task_id << " of " << r.num_workers << " (world size "
@@ -102,8 +109,9 @@ void print_human(const mwms::ResolvedCluster& r) {
     std::cout << "ring:\n";
     for (std::size_t i = 0; i < r.ring.size(); ++i) {
       int rank = static_cast<int>(i);
-      std::string name = r.in_ring ? r.task_name_of_rank(rank) : r.task_name();
-      bool self = r.in_ring ? rank == r.task_id : true;
+      // A ps task lists the training ring it serves (its own address is printed above).
+      std::string name = r.in_ring || ps_task ? r.task_name_of_rank(rank) : r.task_name();
+      bool self = r.in_ring ? rank == r.task_id : !ps_task;
       std::cout << "  rank " << rank << "  " << name << "  " << r.ring[i]
                 << (self ? "  <- this process" : "") << "\n";
     }
@@ -111,7 +119,8 @@ void print_human(const mwms::ResolvedCluster& r) {
   for (const auto& [job, addresses] : r.cluster.jobs()) {
     if (job == "ps") {
       std::cout << "note:        " << addresses.size()
-                << " ps task(s) in the cluster are not used by an all-reduce strategy\n";
+                << " ps task(s): a parameter-server job (train runs it in ps mode, "
+                   "docs/parameter_server.md); an all-reduce strategy leaves them out\n";
     }
   }
   std::cout << "cluster:     " << r.cluster.canonical_json() << "\n";
@@ -236,10 +245,11 @@ Finding descriptor_finding(const mwms::ResolvedCluster& r);
 std::vector<Finding> check_cluster(const mwms::ResolvedCluster& r, double timeout) {
   std::vector<Finding> out;
   if (r.ring.empty() || !r.in_ring || r.source == mwms::ClusterSource::kMpi) {
-    out.push_back({"info", "nothing to check: " + std::string(r.ring.empty() ? "a single process"
-                                                              : !r.in_ring ? "an evaluator"
-                                                                           : "mpirun exchanges the addresses at start-up"),
-                   "", ""});
+    const char* why = r.ring.empty()         ? "a single process"
+                      : r.task.type == "ps" ? "a ps task (outside the ring)"
+                      : !r.in_ring          ? "an evaluator"
+                                            : "mpirun exchanges the addresses at start-up";
+    out.push_back({"info", std::string("nothing to check: ") + why, "", ""});
     return out;
   }
   if (r.task_id >= 0 && r.task_id < static_cast<int>(r.ring.size())) {

@@ -235,3 +235,29 @@ TEST_CASE("mwms-doctor --json exits 2 with one JSON object on every malformed in
   CHECK(env.status == 2);
   CHECK_THAT(env.out, Contains("not valid UTF-8"));
 }
+
+TEST_CASE("mwms-doctor describes a ps task as a parameter server with its own address",
+          "[unit][tools]") {
+  // A new user's report: the ps task of docs/parameter_server.md's cluster was called an
+  // evaluator, both worker addresses were labelled "ps 0 <- this process", and the note said
+  // the ps was not used although train runs this cluster in ps mode.
+  std::string file = write_temp(
+      R"({"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]})");
+  Run ps = run(std::string(MWMS_DOCTOR_PATH) + " --job_name ps --task_index 0 --cluster_spec " +
+               file + " 2>&1");
+  Run worker = run(std::string(MWMS_DOCTOR_PATH) +
+                   " --job_name worker --task_index 1 --cluster_spec " + file + " 2>&1");
+  std::remove(file.c_str());
+  INFO(ps.out);
+  CHECK(ps.status == 0);
+  CHECK_THAT(ps.out, Contains("role:        parameter server"));
+  CHECK_THAT(ps.out, Contains("address:     localhost:2222  <- this process"));
+  CHECK_THAT(ps.out, Contains("rank 0  worker 0  localhost:2223\n"));
+  CHECK_THAT(ps.out, Contains("rank 1  worker 1  localhost:2224\n"));
+  CHECK_THAT(ps.out, !Contains("evaluator"));
+  CHECK_THAT(ps.out, !Contains("not used"));
+  INFO(worker.out);
+  CHECK(worker.status == 0);
+  CHECK_THAT(worker.out, Contains("rank 1  worker 1  localhost:2224  <- this process"));
+  CHECK_THAT(worker.out, Contains("a parameter-server job"));
+}
