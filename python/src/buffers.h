@@ -21,11 +21,13 @@ struct Buffer {
   std::size_t count = 0;
   DataType dtype = DataType::kFloat32;
   nb::ndarray<nb::ro> array;  ///< the import; keeps the exporter's memory alive
+  nb::object owner;           ///< or the NumPy array itself (Note [python numpy fast path])
 };
 
 /// Imports `obj` (argument `name` of the call) as a C-contiguous host buffer of a libmwms dtype:
 /// float32, float64, float16, bfloat16 (DLPack's bfloat, or an ml_dtypes.bfloat16 NumPy array),
-/// int32, int64. With `writable`, a read-only buffer is refused. Never copies.
+/// int32, int64. With `writable`, a read-only buffer is refused. Never copies. A NumPy array of
+/// a dtype imported before takes the fast path of Note [python numpy fast path]. Under the GIL.
 /// @throws nb::type_error (not an array, or an unsupported dtype), InvalidArgument (read-only,
 ///   not C-contiguous, not in host memory); both name the argument.
 Buffer import_buffer(nb::handle obj, const char* name, bool writable);

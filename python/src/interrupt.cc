@@ -2,6 +2,7 @@
 #include "interrupt.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <string>
 #include <thread>
 
@@ -27,10 +30,25 @@ struct Watcher {
   Communicator* comm = nullptr;   // the communicator of the armed call, if any
   const char* op = "";
   bool aborted = false;           // the watcher aborted the armed call
+  bool verified = false;          // on_sigint was checked in front during the armed call
 };
 
 std::atomic<Watcher*> g_watcher{nullptr};  // lock-free: read by the signal handler
 struct sigaction g_chained;  // Python's SIGINT action, called by ours
+std::mutex g_chain_mutex;    // chain_sigint() runs on the main thread and on the watcher's
+
+// When chain_sigint() last ran (CLOCK_MONOTONIC, ns), and how long a call start trusts it.
+std::atomic<std::int64_t> g_chain_checked_ns{INT64_MIN / 2};
+constexpr std::int64_t kChainRecheckNs = 50'000'000;
+constexpr int kWatcherRecheckMs = 100;  // a call in flight this long gets its chain checked
+
+std::int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool chain_sigint();
 
 // Async-signal-safe: a byte to the watcher, then Python's own handler (which records the signal
 // for the main thread's next check and writes Python's wakeup fd).
@@ -56,9 +74,28 @@ bool default_sigint_handler() {
       .is(module.attr("default_int_handler"));
 }
 
+// A call in flight whose start trusted a recent check (Note [python interrupts]) gets its own
+// check here, so that a SIGINT handler that Python put back just before it is chained anyway.
+void recheck_armed_call(Watcher* w) {
+  {
+    std::lock_guard<std::mutex> lock(w->mutex);
+    if (w->comm == nullptr || w->verified) return;
+    w->verified = true;
+  }
+  chain_sigint();
+}
+
 void watch(Watcher* w) {
   unsigned char bytes[64];
   for (;;) {
+    pollfd p{w->read_fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, kWatcherRecheckMs);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return;
+    if (ready == 0) {
+      recheck_armed_call(w);
+      continue;
+    }
     const ssize_t n = ::read(w->read_fd, bytes, sizeof bytes);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
@@ -109,8 +146,10 @@ Watcher* watcher() {
 
 // Puts on_sigint in front of the current SIGINT action, unless it is there already (checked on
 // every call: signal.signal() puts Python's own back) or the action is not a handler (SIG_DFL
-// ends the process anyway, SIG_IGN ignores it). One sigaction(2) query when in place.
+// ends the process anyway, SIG_IGN ignores it). One sigaction(2) query when in place. Any thread.
 bool chain_sigint() {
+  std::lock_guard<std::mutex> serial(g_chain_mutex);
+  g_chain_checked_ns.store(monotonic_ns(), std::memory_order_relaxed);
   struct sigaction current;
   if (::sigaction(SIGINT, nullptr, &current) != 0) return false;
   if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sigint) return true;
@@ -143,11 +182,18 @@ bool on_main_thread() {
 InterruptScope::InterruptScope(Communicator& comm, const char* op) {
   if (!on_main_thread()) return;
   Watcher* w = watcher();
-  if (w == nullptr || !chain_sigint()) return;
+  if (w == nullptr) return;
+  // Only the main thread can change Python's SIGINT handler, and it is here: a check less than
+  // kChainRecheckNs old is trusted (the watcher checks again if this call lasts), which keeps
+  // the sigaction(2) off a small collective's path.
+  const bool checked = monotonic_ns() - g_chain_checked_ns.load(std::memory_order_relaxed) <
+                       kChainRecheckNs;
+  if (!checked) chain_sigint();
   std::lock_guard<std::mutex> lock(w->mutex);
   w->comm = &comm;
   w->op = op;
   w->aborted = false;
+  w->verified = !checked;
   armed_ = true;
 }
 
@@ -167,17 +213,6 @@ void InterruptScope::raise_if_interrupted() {
     aborted = w->aborted;
   }
   if (aborted && PyErr_CheckSignals() != 0) throw nb::python_error();
-}
-
-void run_interruptibly(Communicator& comm, const char* op, const std::function<void()>& call) {
-  InterruptScope scope(comm, op);
-  try {
-    nb::gil_scoped_release nogil;
-    call();
-  } catch (const Error&) {
-    scope.raise_if_interrupted();
-    throw;
-  }
 }
 
 void Job::run(std::function<void()> fn) {

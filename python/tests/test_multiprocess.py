@@ -53,9 +53,11 @@ def test_timeout_names_the_late_rank(run_job):
     assert err["peer_rank"] == 1 and err["timeout_seconds"] == 1
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])  # shared memory, TCP
-def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport):
-    job = start_job(3, "interrupt", env={"MWMS_TRANSPORT": transport})
+# Shared memory, TCP, and shared memory after signal.signal() put Python's handler back.
+@pytest.mark.parametrize("transport,restore", [("auto", "0"), ("tcp", "0"), ("auto", "1")])
+def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport, restore):
+    job = start_job(3, "interrupt",
+                    env={"MWMS_TRANSPORT": transport, "MWMS_TEST_RESTORE_HANDLER": restore})
     job.wait_for_line(0, "BLOCKING")
     job.wait_for_line(1, "BLOCKING")
     time.sleep(0.5)  # both inside the all_reduce, waiting for rank 2

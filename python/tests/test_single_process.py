@@ -75,6 +75,34 @@ def test_size_mismatch(comm):
         comm.broadcast(np.zeros(2, dtype=np.float32), root=1)
 
 
+def test_numpy_fast_path_sees_in_place_changes(comm):
+    # Note [python numpy fast path]: once float32 came through the full import, a NumPy array is
+    # read from numpy's struct; every change made to the array in place must still be seen.
+    x = np.zeros(8, dtype=np.float32)
+    comm.all_reduce(x)
+    x.flags.writeable = False
+    with pytest.raises(mwms.InvalidArgument, match="argument 'tensor' is read-only"):
+        comm.all_reduce(x)
+    x.flags.writeable = True
+    x.shape = (2, 4)
+    with pytest.raises(mwms.InvalidArgument, match="argument 'tensor' is not C-contiguous"):
+        comm.all_reduce(x.T)
+    with pytest.raises(mwms.InvalidArgument, match="'recv' has 4 elements but needs world_size "
+                       r"\(1\) x the 8 elements"):
+        comm.all_gather(x, np.zeros(4, dtype=np.float32))
+    x.dtype = np.int32  # the same bytes, now int32: the fast path must say int32
+    with pytest.raises(TypeError, match="'recv' has dtype float32 but argument 'send' has int32"):
+        comm.all_gather(x, np.zeros(8, dtype=np.float32))
+    x.dtype = np.uint32
+    with pytest.raises(TypeError, match="argument 'tensor' has dtype uint32"):
+        comm.all_reduce(x)
+    x.dtype = np.float32
+    x[...] = 1.5
+    out = np.zeros(8, dtype=np.float32)
+    comm.all_gather(x[1], out[4:])  # a contiguous view: its own data pointer and size
+    np.testing.assert_array_equal(out, [0, 0, 0, 0, 1.5, 1.5, 1.5, 1.5])
+
+
 def test_buffer_protocol_without_numpy_array(comm):
     # array.array exports the buffer protocol only; it is reduced in place.
     import array
