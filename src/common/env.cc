@@ -34,6 +34,9 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SMALL_MESSAGE_BYTES", EnvType::kInt, "65536", ">= 0",
        "All-reduces up to this size use recursive doubling (log2 n steps); larger ones "
        "Rabenseifner's algorithm or the ring."},
+      {"MWMS_STREAMING_COPY_MIN_BYTES", EnvType::kInt, "-1", ">= -1",
+       "Shared-memory receives that land at least this many bytes per collective are written "
+       "with non-temporal stores; -1: this CPU's last-level cache size; 0: never."},
       {"MWMS_BYTES_PER_PACK", EnvType::kInt, "4194304", ">= 0",
        "Default gradient bucket size of the strategy, in bytes."},
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",

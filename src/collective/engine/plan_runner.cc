@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "common/socket.h"
+#include "kernels/copy.h"
 #include "kernels/reduce.h"
 
 namespace mwms::collective {
@@ -75,6 +76,7 @@ struct PlanRunner::State {
   std::uint64_t progress_seen = 0;
   std::uint32_t spins = 0;
   bool force_partial = false;  // reduce a partial chunk: the link may not hold a whole one
+  bool stream_landing = false;  // Note [streaming copy-out] (kernels/copy.h)
 };
 
 PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options)
@@ -198,6 +200,7 @@ bool PlanRunner::pump_recv(const Plan& plan, State& st, const ErrorContext& ctx)
   if (t.recv_gate >= 0 && st.s <= t.recv_gate) return false;  // buffer still being sent
   if (!st.recv_started) {
     recv_slot_.start(t.recv, t.recv_bytes, t.recv_must_land);
+    recv_slot_.stream = st.stream_landing && t.recv_must_land;
     st.recv_started = true;
     st.recv_checked = false;
   }
@@ -438,6 +441,11 @@ void PlanRunner::run(const Plan& plan, DataType dtype, ReduceOp op, int world_si
   st.world_size = world_size;
   st.timeout = timeout_seconds;
   st.progress = 1;  // the first wait reads the clock (Note [idle time])
+  // Note [streaming copy-out]: the bytes this rank lands, against the cache they would fill.
+  std::size_t landing_bytes = 0;
+  for (const Transfer& t : plan.transfers) landing_bytes += t.recv_must_land ? t.recv_bytes : 0;
+  const std::size_t stream_from = kernels::streaming_copy_min_bytes();
+  st.stream_landing = stream_from > 0 && landing_bytes >= stream_from;
   st.s = next_with_send(plan, 0);
   st.r = next_with_recv(plan, 0);
   while (st.s < st.n || st.r < st.n) {

@@ -77,6 +77,7 @@ struct RecvSlot {
   std::size_t consumed = 0;   // payload bytes released by the runner
   std::size_t header_got = 0; // link progress on the envelope
   bool accepted = false;      // the runner checked the envelope: Note [accept before landing]
+  bool stream = false;        // land with non-temporal stores (Note [streaming copy-out])
   void* link_state = nullptr;
 
   void start(char* dst, std::size_t n, bool land) {
@@ -85,6 +86,7 @@ struct RecvSlot {
     landing = dst;
     bytes = n;
     must_land = land;
+    stream = false;
     arrived = 0;
     consumed = 0;
     header_got = 0;

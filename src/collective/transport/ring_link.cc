@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "kernels/copy.h"
+
 namespace mwms::collective {
 
 namespace {
@@ -123,7 +125,11 @@ bool RingLink::poll_recv(RecvSlot& slot) {
     std::uint64_t pos = (rx_payload_start_ + slot.arrived) % rx_.capacity;
     std::size_t n = static_cast<std::size_t>(
         std::min<std::uint64_t>(rx_.capacity - pos, in_ring - slot.arrived));
-    std::memcpy(slot.landing + slot.arrived, rx_.data + pos, n);
+    if (slot.stream) {  // Note [streaming copy-out] (kernels/copy.h)
+      kernels::copy_streaming(slot.landing + slot.arrived, rx_.data + pos, n);
+    } else {
+      std::memcpy(slot.landing + slot.arrived, rx_.data + pos, n);
+    }
     slot.arrived += n;
   }
   publish_tail(rx_payload_start_ + slot.arrived);
