@@ -27,13 +27,17 @@
 #include <thread>
 #include <vector>
 
+#include "common/aligned_buffer.h"
 #include "common/flag_checks.h"
+#include "common/statistics.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/types.h"
 
 namespace {
 
+using mwms::bench::AlignedBuffer;
+using mwms::bench::median;
 namespace mk = mwms::kernels;
 
 struct Options {
@@ -62,17 +66,6 @@ const char* name_of(Pass p) {
   return "?";
 }
 double traffic_per_byte(Pass p) { return p == Pass::kCopy ? 2.0 : p == Pass::kReduce ? 3.0 : 1.0; }
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t bytes)
-      : size((bytes + 63) / 64 * 64),
-        data(static_cast<unsigned char*>(std::aligned_alloc(64, size)), &std::free) {
-    if (!data) throw std::bad_alloc();
-    std::memset(data.get(), 0, size);  // touched: no page fault is timed
-  }
-  std::size_t size;
-  std::unique_ptr<unsigned char, decltype(&std::free)> data;
-};
 
 // One thread's buffers. float32 ones (small integers: sums stay exact and never subnormal).
 struct Lane {
@@ -132,12 +125,6 @@ struct Row {
   double gbps_per_thread;  // traffic / time of the slowest thread
   double gbps_total;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Every thread runs the pass once per sample, all released together; a sample lasts until the
 // slowest has finished (as a collective does). Median over the samples.

@@ -21,13 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "common/aligned_buffer.h"
 #include "common/flag_checks.h"
+#include "common/statistics.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
 #include "mwms/types.h"
 
 namespace {
 
+using mwms::bench::AlignedBuffer;
+using mwms::bench::median;
 using mwms::DataType;
 using mwms::ReduceOp;
 namespace mk = mwms::kernels;
@@ -51,19 +55,6 @@ struct Options {
   std::string json;
 };
 
-// 64-byte aligned, pre-touched storage (vector loads start on a cache line, as for the
-// page-aligned buffers an all-reduce usually reduces into).
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t bytes)
-      : size((bytes + 63) / 64 * 64),
-        data(static_cast<unsigned char*>(std::aligned_alloc(64, size)), &std::free) {
-    if (!data) throw std::bad_alloc();
-    std::memset(data.get(), 0, size);
-  }
-  std::size_t size;
-  std::unique_ptr<unsigned char, decltype(&std::free)> data;
-};
-
 // Values in {1, 2, -1, -2, 3}: repeated sums and products never reach subnormals (whose slow
 // paths would measure the FPU, not the kernel); they may reach Inf, which costs nothing extra.
 void fill(DataType dt, void* base, std::size_t count, std::size_t seed) {
@@ -83,12 +74,6 @@ void fill(DataType dt, void* base, std::size_t count, std::size_t seed) {
       case DataType::kInt64: static_cast<std::int64_t*>(base)[i] = v; break;
     }
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
 }
 
 // Median over `iters` samples (after `warmup` untimed ones) of the seconds one call of `fn` takes;
