@@ -9,7 +9,7 @@
 #include "bootstrap/local_address.h"
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/engine_backend.h"
-#include "collective/transport/tcp/tcp_transport.h"
+#include "collective/mesh/socket_mesh.h"
 #include "collective/transport/transport.h"
 #include "common/descriptors.h"
 #include "common/env.h"
@@ -25,6 +25,8 @@ double positive_or(double value, const char* env_name) {
   return value > 0 ? value : common::env_double(env_name);
 }
 
+// The table entry's name (or "auto") that CommunicatorOptions::transport or MWMS_TRANSPORT names
+// (Note [transport table]). @throws InvalidArgument for a MWMS_TRANSPORT the table does not know.
 std::string transport_choice(TransportChoice c) {
   switch (c) {
     case TransportChoice::kAuto: return "auto";
@@ -33,7 +35,9 @@ std::string transport_choice(TransportChoice c) {
     case TransportChoice::kMpi: return "mpi";
     case TransportChoice::kFromEnvironment: break;
   }
-  return common::env_string("MWMS_TRANSPORT");
+  std::string value = common::env_string("MWMS_TRANSPORT");
+  check_transport_choice(value);
+  return value;
 }
 
 // Cores the ranks of this host can share. A launcher that binds each rank to its own core
@@ -58,19 +62,18 @@ Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
     t.uniform_hosts = t.uniform_hosts && n == per_host.begin()->second;
   }
   // Every rank must compute the same topology (the selector depends on it): look at every pair,
-  // as choose_transports() decides it identically on every rank.
-  bool all_shm = t.world_size > 1;
+  // as choose_transports() decides it identically on every rank. Links of one transport give its
+  // thresholds; a mix (shared memory inside hosts, TCP between them) the selector's defaults.
+  const TransportEntry* uniform = nullptr;
+  bool mixed = false;
   for (int r = 0; r < t.world_size; ++r) {
-    std::vector<TransportKind> kinds = choose_transports(r, peers);
-    for (int p = 0; p < t.world_size; ++p) {
-      if (p == r) continue;
-      TransportKind k = kinds[static_cast<std::size_t>(p)];
-      all_shm = all_shm && k == TransportKind::kShm;
-      t.any_tcp = t.any_tcp || k == TransportKind::kTcp;
-      t.any_mpi = t.any_mpi || k == TransportKind::kMpi;
+    for (const TransportEntry* e : choose_transports(r, peers)) {
+      if (e == nullptr) continue;
+      mixed = mixed || (uniform != nullptr && e != uniform);
+      uniform = e;
     }
   }
-  t.all_shm = all_shm;
+  if (uniform != nullptr && !mixed) t.links = uniform->tuning;
   return t;
 }
 
@@ -97,11 +100,8 @@ void check_descriptor_budgets(const ResolvedCluster& c,
     common::DescriptorBudget b;
     b.world_size = n;
     b.streams_per_peer = std::max(1, streams);
-    std::vector<TransportKind> kinds = choose_transports(r, peers);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      b.tcp_peers += kinds[static_cast<std::size_t>(p)] == TransportKind::kTcp ? 1 : 0;
-      b.shm_peers += kinds[static_cast<std::size_t>(p)] == TransportKind::kShm ? 1 : 0;
+    for (const TransportEntry* e : choose_transports(r, peers)) {
+      if (e != nullptr && e->count_descriptors != nullptr) e->count_descriptors(b);
     }
     if (b.total() <= headroom) continue;
     if (first < 0) first = r;
@@ -162,26 +162,21 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
     topts.mpi_piece_bytes = topts.chunk_bytes;  // an explicit chunk also sizes MPI's pieces
   }
   topts.job_fingerprint = cluster.cluster.fingerprint();
-  std::map<TransportKind, std::unique_ptr<Transport>> local;
+  // Note [transport table]: under auto every automatic entry, else only the one named, offers
+  // itself; a transport this build, machine or setting does not offer publishes nothing.
+  std::map<std::string, std::unique_ptr<Transport>> local;  // by entry name
   bootstrap::PeerInfo mine;
   mine.transport = transport;
   if (!alone) {
-    if (transport != "shm" && transport != "mpi") mine.blobs["tcp"] = tcp_address_blob();
     // Note [local peers before the exchange] (local_address.cc).
-    const bool local_peers = transport != "auto" ||
+    topts.may_share_host = transport != "auto" ||
         bootstrap::may_share_host(cluster.ring, cluster.task_id, cluster.num_workers);
-    for (TransportKind k : {TransportKind::kShm, TransportKind::kMpi}) {
-      // Only the chosen transport's links exist under tcp and mpi (choose_transports): a shm
-      // segment there would be made, published and freed unused; so would one under auto when
-      // every peer is surely on another host.
-      if (transport == "tcp" || (k == TransportKind::kMpi && transport != "mpi") ||
-          (k == TransportKind::kShm && (transport == "mpi" || !local_peers))) {
-        continue;
-      }
-      std::unique_ptr<Transport> t = make_transport(k, topts);
+    for (const TransportEntry& e : transport_table()) {
+      if (transport == "auto" ? !e.automatic : transport != e.name) continue;
+      std::unique_ptr<Transport> t = e.create(topts);
       if (!t) continue;
-      mine.blobs[transport_name(k)] = t->local_address();
-      local[k] = std::move(t);
+      mine.blobs[e.name] = t->local_address();
+      local[e.name] = std::move(t);
     }
   }
   mine.fd_headroom = alone ? -1 : common::descriptor_headroom();  // Note [descriptor budget]
@@ -205,29 +200,43 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
     return job;
   }
 
-  // Phase 2: a transport per pair, the mesh (control links + TCP data links), the other links.
+  // Phase 2: a transport per pair; each checks its peers' blobs, then the mesh opens the control
+  // links and the sockets the transports ask for, then each transport connects its peers.
   const ResolvedCluster& c = rv.cluster;
   const int n = c.num_workers;
-  std::vector<TransportKind> kinds = choose_transports(c.task_id, rv.peers);
-  check_tcp_streams(c, rv.peers, kinds);  // Note [stream count agreement] (tcp_transport.cc)
-  check_descriptor_budgets(c, rv.peers);   // Note [descriptor budget] (common/descriptors.cc)
-  MeshSockets mesh = connect_mesh(c, rv.listener, kinds, connect_timeout);
-  std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
+  const std::vector<const TransportEntry*> chosen = choose_transports(c.task_id, rv.peers);
   ConnectContext cctx;
   cctx.rank = c.task_id;
   cctx.world_size = n;
   cctx.peers = &rv.peers;
-  cctx.deadline = common::deadline_after(connect_timeout);
   cctx.timeout_seconds = connect_timeout;
-  TcpTransport tcp(std::move(mesh.data), topts.chunk_bytes);
-  for (TransportKind k : {TransportKind::kTcp, TransportKind::kShm, TransportKind::kMpi}) {
+  for (int r = 0; r < n; ++r) cctx.task_names.push_back(c.task_name_of_rank(r));
+  // The peers of each transport this rank uses, in table order (every rank alike).
+  std::vector<std::pair<Transport*, std::vector<int>>> uses;
+  MeshPlan plan;
+  plan.transport.assign(static_cast<std::size_t>(n), "");
+  plan.sockets.assign(static_cast<std::size_t>(n), 0);
+  for (const TransportEntry& e : transport_table()) {
     std::vector<int> peers;
     for (int p = 0; p < n; ++p) {
-      if (p != c.task_id && kinds[static_cast<std::size_t>(p)] == k) peers.push_back(p);
+      if (chosen[static_cast<std::size_t>(p)] == &e) peers.push_back(p);
     }
     if (peers.empty()) continue;
-    Transport* t = k == TransportKind::kTcp ? &tcp : local[k].get();
-    MWMS_CHECK(t != nullptr, std::string("no ") + transport_name(k) + " transport");
+    Transport* t = local.count(e.name) != 0 ? local[e.name].get() : nullptr;
+    MWMS_CHECK(t != nullptr, std::string("no ") + e.name + " transport");
+    t->check_peers(peers, cctx);  // e.g. Note [stream count agreement] (tcp_transport.cc)
+    for (int p : peers) {
+      plan.transport[static_cast<std::size_t>(p)] = e.name;
+      plan.sockets[static_cast<std::size_t>(p)] = t->mesh_sockets_per_peer();
+    }
+    uses.emplace_back(t, std::move(peers));
+  }
+  check_descriptor_budgets(c, rv.peers);  // Note [descriptor budget] (common/descriptors.cc)
+  MeshSockets mesh = connect_mesh(c, rv.listener, plan, connect_timeout);
+  cctx.deadline = common::deadline_after(connect_timeout);
+  cctx.sockets = &mesh.data;
+  std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
+  for (auto& [t, peers] : uses) {
     std::vector<std::unique_ptr<Link>> got = t->connect(peers, cctx);
     for (std::size_t i = 0; i < peers.size(); ++i) {
       links[static_cast<std::size_t>(peers[i])] = std::move(got[i]);

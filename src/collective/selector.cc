@@ -9,17 +9,9 @@ namespace mwms::collective {
 
 namespace {
 
-// Over shared memory the ring's pipeline wins from a few hundred KiB (n = 4, 2 cores).
-constexpr std::size_t kShmRabenseifnerMaxBytes = 256 << 10;
-// Over MPI links Rabenseifner's halves beat the ring's chunks up to at least 16 MiB (n = 2).
-constexpr std::size_t kMpiRabenseifnerMaxBytes = std::size_t{64} << 20;
-// Two ranks over MPI links: one exchange of the whole buffer beats rhd's two half steps up to here.
-constexpr std::size_t kMpiPairDoublingMaxBytes = std::size_t{2} << 20;
-
 // Note [selector thresholds]: where Rabenseifner hands over to the ring (docs/algorithms.md).
 constexpr std::size_t kRabenseifnerMaxBytesPow2 = std::size_t{4} << 20;
 constexpr std::size_t kRabenseifnerMaxBytes = std::size_t{1} << 20;
-constexpr std::size_t kShmSmallMessageBytes = 8192;
 
 const Algorithm* by_name(CollectiveKind kind, std::string_view name) {
   CollectiveKind k = is_all_reduce_kind(kind) ? CollectiveKind::kAllReduce : kind;
@@ -87,41 +79,35 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
   // which wins up to a few MiB; beyond that the ring's deeper pipeline wins. A world size that
   // is not a power of two costs Rabenseifner 2 x S more on the folded pairs, so the ring takes
   // over earlier there.
-  // Over shared memory alone a latency is a few microseconds and bytes are cheap to copy, so the
-  // whole-buffer exchanges of recursive doubling stop paying off much earlier.
-  const std::size_t small = in.topology.all_shm
-                                ? std::min(options.small_message_bytes, kShmSmallMessageBytes)
-                                : options.small_message_bytes;
-  if (in.bytes <= small) {
+  // The links' own thresholds (LinkTuning, from their transport's table entry): over shared memory a
+  // latency is a few microseconds and bytes are cheap to copy, so the whole-buffer exchanges of
+  // recursive doubling stop paying off much earlier there.
+  const LinkTuning& links = in.topology.links;
+  if (in.bytes <= std::min(options.small_message_bytes, links.small_message_max_bytes)) {
     return {&recursive_doubling_all_reduce(),
-            in.topology.all_shm
-                ? "message at most min(MWMS_SMALL_MESSAGE_BYTES, 8 KiB) over shared memory: "
-                  "recursive doubling, log2(n) latencies"
+            links.small_message_max_bytes < options.small_message_bytes
+                ? "message at most the links' small-message limit (below "
+                  "MWMS_SMALL_MESSAGE_BYTES): recursive doubling, log2(n) latencies"
                 : "message at most MWMS_SMALL_MESSAGE_BYTES: recursive doubling, log2(n) "
                   "latencies"};
   }
-  if (n == 2 && in.topology.any_mpi && in.bytes <= kMpiPairDoublingMaxBytes) {
-    // Two ranks over MPI: each step pays an MPI rendezvous (request, the receiver's single copy,
-    // fin) and our envelope message, so one whole-buffer exchange (recursive doubling: one step,
-    // half a buffer more to reduce) beats rhd's two half steps: with interleaved timing
-    // (bench/all_reduce_perf --backend mpi --compare mpi, 4 runs) rd was 0.97-1.05x
-    // MPI_Allreduce at 512 KiB - 2 MiB where rhd was 0.89-0.96x; at 4 MiB they tie.
+  if (n == 2 && in.bytes <= links.pair_exchange_max_bytes) {
+    // Links that pay a rendezvous per message (MPI: request, the receiver's single copy, fin)
+    // plus our envelope message: one whole-buffer exchange (recursive doubling: one step, half a
+    // buffer more to reduce) beats rhd's two half steps (Note [mpi tuning] in transport/mpi/mpi_entry.cc).
     return {&recursive_doubling_all_reduce(),
-            "two ranks over MPI, at most 2 MiB: recursive doubling (one exchange instead of two "
-            "half steps)"};
+            "two ranks, at most the links' pair-exchange limit: recursive doubling (one "
+            "exchange instead of two half steps)"};
   }
-  if (n == 2 && !in.topology.any_mpi) {
+  if (n == 2 && links.two_rank_ring) {
     // Two ranks: Rabenseifner and the ring exchange the same halves, but the ring reduces in
-    // place as chunks land and forwards them at once (measured 1.4-1.8x rhd over shm). Over MPI
-    // links the halves of rhd measured 1.2-1.45x the ring at 1-16 MiB (Open MPI's single-copy
-    // path pins and pulls each piece on the receiver).
+    // place as chunks land and forwards them at once (measured 1.4-1.8x rhd over shm).
     return {&ring_all_reduce(), "two ranks: ring (one reduce-scatter and one all-gather step)"};
   }
   const bool pow2 = (n & (n - 1)) == 0;
-  const std::size_t rhd_max = in.topology.all_shm  ? kShmRabenseifnerMaxBytes
-                              : in.topology.any_mpi ? kMpiRabenseifnerMaxBytes
-                              : pow2                ? kRabenseifnerMaxBytesPow2
-                                                    : kRabenseifnerMaxBytes;
+  const std::size_t rhd_max = links.rabenseifner_max_bytes > 0 ? links.rabenseifner_max_bytes
+                              : pow2                            ? kRabenseifnerMaxBytesPow2
+                                                                : kRabenseifnerMaxBytes;
   if (in.bytes <= rhd_max) {
     return {&rabenseifner_all_reduce(),
             pow2 ? "medium message: Rabenseifner, ring bytes in 2 log2(n) steps"

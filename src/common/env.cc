@@ -42,7 +42,8 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_SPIN_MICROSECONDS", EnvType::kInt, "50", ">= 0",
        "How long a wait polls without blocking before sleeping in poll(2) or on a futex; "
        "unset, a parameter-server job polls 1000."},
-      {"MWMS_TRANSPORT", EnvType::kEnum, "auto", "auto|tcp|shm|mpi",
+      // Its values are the transport table's (collective/transport/transport.h), checked there.
+      {"MWMS_TRANSPORT", EnvType::kString, "auto", "auto or a transport's name",
        "Transport of the engine's links: auto (shared memory on one host, TCP across hosts), "
        "tcp, shm or mpi (under mpirun). Must be the same on every rank."},
       {"MWMS_SHM_DISABLE", EnvType::kEnum, "0", "0|1",
@@ -205,7 +206,9 @@ double env_double(std::string_view name) {
   return parse_env_number(find_var(name), read.value);
 }
 
-std::vector<std::string> env_problems() {
+std::vector<std::string> env_problems(
+    const std::function<std::string(const EnvVarInfo& var, const std::string& value)>&
+        check_string) {
   std::vector<std::string> problems;
   for (const EnvVarInfo& var : env_registry()) {
     const char* raw = std::getenv(var.name);
@@ -216,6 +219,9 @@ std::vector<std::string> env_problems() {
       if (allowed.find("|" + value + "|") == std::string::npos) {
         problems.push_back(std::string(var.name) + "=" + value + " is not one of " + var.allowed);
       }
+    } else if (var.type == EnvType::kString && check_string) {
+      std::string problem = check_string(var, value);
+      if (!problem.empty()) problems.push_back(std::move(problem));
     } else if (var.type == EnvType::kInt || var.type == EnvType::kDouble) {
       try {
         parse_env_number(var, value);
@@ -242,13 +248,3 @@ std::vector<std::string> unknown_env_vars() {
 
 }  // namespace mwms::common
 
-namespace mwms {
-
-EnvironmentCheck check_environment_variables() {
-  EnvironmentCheck check;
-  check.errors = common::env_problems();
-  check.unknown = common::unknown_env_vars();
-  return check;
-}
-
-}  // namespace mwms

@@ -3,6 +3,7 @@
 // docs/env.md is checked against this registry by tests/unit/common/env_test.cc.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,7 +68,11 @@ std::vector<std::string> unknown_env_vars();
 /// (an enum value not allowed, a number that does not parse or is out of its range): the
 /// messages env_int / env_double / env_string would throw, in registry order. Reads the
 /// environment directly (not the once-per-process cache); for tools that check a setup
-/// (mwms-doctor). Never throws except std::bad_alloc.
-std::vector<std::string> env_problems();
+/// (mwms-doctor). A string variable whose values a higher layer owns (MWMS_TRANSPORT: the
+/// transport table) is checked by `check_string`, when given: it returns "" for a value it takes,
+/// else the message. Never throws except std::bad_alloc.
+std::vector<std::string> env_problems(
+    const std::function<std::string(const EnvVarInfo& var, const std::string& value)>&
+        check_string = {});
 
 }  // namespace mwms::common

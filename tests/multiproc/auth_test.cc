@@ -17,7 +17,7 @@
 #include "bootstrap/handshake.h"
 #include "bootstrap/peer_info.h"
 #include "bootstrap/rendezvous.h"
-#include "collective/transport/tcp/tcp_transport.h"
+#include "collective/mesh/socket_mesh.h"
 #include "common/socket.h"
 #include "multiproc/launcher.h"
 #include "mwms/mwms.h"
@@ -253,8 +253,8 @@ TEST_CASE("a stranger without the key is refused at the rendezvous and at a link
     // The rendezvous and the links by hand, so that a stranger can knock between the two.
     auto rv = mwms::bootstrap::rendezvous(cluster, 30);
     std::string at_link = rank == 1 ? stranger(MessageKind::kRingControl) : "";
-    std::vector<mwms::collective::TransportKind> kinds(2, mwms::collective::TransportKind::kTcp);
-    auto mesh = mwms::collective::connect_mesh(rv.cluster, rv.listener, kinds, 30);
+    mwms::collective::MeshPlan plan{{"tcp", "tcp"}, {1, 1}};  // a control link and one stream
+    auto mesh = mwms::collective::connect_mesh(rv.cluster, rv.listener, plan, 30);
     if (!mesh.control[1 - rank].valid()) throw std::runtime_error("no control link");
     if (rank == 1) report("sources " + at_rendezvous + " " + at_link);
     if (rank == 0) report("leader log: " + read_file(log));

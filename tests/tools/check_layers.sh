@@ -35,6 +35,10 @@ fi
 if grep -rnE '#include "collective/(algorithms|engine|backend)/' "$src/collective/transport"; then
   echo "layering: a transport includes an algorithm, engine or backend header"; fail=1
 fi
+# Note [transport table]: the socket mesh and the selector never name a transport.
+if grep -rnE '#include "collective/transport/' "$src/collective/mesh" "$src/collective/selector.cc"; then
+  echo "layering: the socket mesh or the selector includes a transport header"; fail=1
+fi
 # Feature conditionals only where STYLE item 4 allows them.
 while IFS=: read -r file line _; do
   case "$file" in

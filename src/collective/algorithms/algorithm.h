@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collective/link_tuning.h"
 #include "collective/plan.h"
 
 namespace mwms::collective {
@@ -29,9 +30,9 @@ struct Topology {
   int num_hosts = 1;
   int max_ranks_per_host = 1;
   bool uniform_hosts = true;    // every host has the same number of ranks
-  bool all_shm = false;         // every link of the communicator is shared memory
-  bool any_tcp = false;         // some link is TCP
-  bool any_mpi = false;         // some link is MPI
+  // The selector's thresholds over the communicator's links: their transport's when every link
+  // has the same, the defaults when they differ (shared memory inside hosts, TCP between them).
+  LinkTuning links;
 };
 
 /// One collective call, as the selector sees it.

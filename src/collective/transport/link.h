@@ -28,15 +28,11 @@
 
 namespace mwms::collective {
 
-/// What a transport offers (UCX capability flags). Published by every Link.
+/// What one link is, read by the engine's descriptions and errors. Published by every Link. What
+/// the selector reads of a transport is its table entry's LinkTuning (Note [transport table]).
 struct TransportCaps {
-  const char* name = "?";         // "tcp", "shm", "mpi", "mem": appears in errors and logs
-  bool host_memory = true;        // payload pointers may be host memory
-  bool device_memory = false;     // payload pointers may be GPU memory
-  bool in_place_recv = false;     // recv_view() may point at the peer's bytes (no staging copy)
-  bool pollable = false;          // wait_fd() returns a descriptor poll(2) can sleep on
+  const char* name = "?";         // the table entry's name ("tcp", "shm", "mpi", "mem")
   std::size_t chunk_bytes = 256 << 10;  // preferred pipeline chunk
-  int max_inflight = 1;           // messages in flight per direction
   int streams = 0;                // connections to the peer (TCP: MWMS_NSOCKS_PERPEER); 0: n/a
 };
 

@@ -1,42 +1,76 @@
-// Which transport each pair uses, and the names of the transports. This is the one file of the
-// transport layer that knows every transport (MPI registers behind MWMS_HAVE_MPI, STYLE item 4).
+// The transport table (Note [transport table]): the one place that lists every transport. A new
+// transport is its folder plus one line here.
 #include "collective/transport/transport.h"
 
+#include <algorithm>
+
+#include "collective/transport/mem/mem_transport.h"
+#include "collective/transport/mpi/mpi_entry.h"
 #include "collective/transport/shm/shm_transport.h"
-#include "mwms/config.h"
+#include "collective/transport/tcp/tcp_transport.h"
 #include "mwms/errors.h"
-#if MWMS_HAVE_MPI
-#include "collective/transport/mpi/mpi_transport.h"
-#endif
 
 namespace mwms::collective {
 
-std::unique_ptr<Transport> make_transport(TransportKind kind, const TransportOptions& options) {
-  switch (kind) {
-    case TransportKind::kTcp: return nullptr;
-    case TransportKind::kShm: return make_shm_transport(options);
-    case TransportKind::kMpi:
-#if MWMS_HAVE_MPI
-      return make_mpi_transport(options);
-#else
-      return nullptr;  // a build without MPI
-#endif
+const std::vector<TransportEntry>& transport_table() {
+  // Constant-initialised rows, copied on first use (no static initialisation order to mind).
+  // The order is that of MWMS_TRANSPORT's values in messages and of connecting; which transport a
+  // pair takes under auto is the entries' priority.
+  static const std::vector<TransportEntry> table{
+      kTcpTransportEntry,  // "tcp": every pair, over the mesh's sockets (the last resort)
+      kShmTransportEntry,  // "shm": ranks of one host, over shared-memory rings
+      kMpiTransportEntry,  // "mpi": MPI point-to-point under mpirun (MWMS_TRANSPORT=mpi)
+      kMemTransportEntry,  // "mem": threads of one process (tests, embedders)
+  };
+  return table;
+}
+
+const TransportEntry* find_transport(std::string_view name) {
+  for (const TransportEntry& e : transport_table()) {
+    if (name == e.name) return &e;
   }
   return nullptr;
 }
 
-const char* transport_name(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kTcp: return "tcp";
-    case TransportKind::kShm: return "shm";
-    case TransportKind::kMpi: return "mpi";
+std::string transport_choices() {
+  std::string out = "auto";
+  for (const TransportEntry& e : transport_table()) {
+    if (e.user_selectable) out += std::string("|") + e.name;
   }
-  return "unknown";
+  return out;
 }
 
-std::vector<TransportKind> choose_transports(int rank,
-                                             const std::vector<bootstrap::PeerInfo>& peers) {
-  const std::string& mine = peers[static_cast<std::size_t>(rank)].transport;
+void check_transport_choice(const std::string& value) {
+  const TransportEntry* e = find_transport(value);
+  if (value != "auto" && (e == nullptr || !e->user_selectable)) {
+    throw InvalidArgument("MWMS_TRANSPORT=" + value + " is not one of " + transport_choices());
+  }
+}
+
+ErrorContext ConnectContext::error_context(int peer) const {
+  ErrorContext c;
+  c.rank = rank;
+  c.world_size = world_size;
+  c.op = "link setup";
+  auto name = [&](int r) {
+    return static_cast<std::size_t>(r) < task_names.size() ? task_names[static_cast<std::size_t>(r)]
+                                                         : "rank " + std::to_string(r);
+  };
+  c.task = name(rank);
+  if (peer >= 0) {
+    c.peer_rank = peer;
+    c.peer_task = name(peer);
+    if (peers != nullptr && static_cast<std::size_t>(peer) < peers->size()) {
+      c.peer_address = (*peers)[static_cast<std::size_t>(peer)].address;
+    }
+  }
+  return c;
+}
+
+std::vector<const TransportEntry*> choose_transports(
+    int rank, const std::vector<bootstrap::PeerInfo>& peers) {
+  const bootstrap::PeerInfo& me = peers[static_cast<std::size_t>(rank)];
+  const std::string& mine = me.transport;
   for (const bootstrap::PeerInfo& p : peers) {
     if (p.transport != mine) {
       throw BootstrapError("rank " + std::to_string(p.rank) + " (" + p.address +
@@ -46,41 +80,49 @@ std::vector<TransportKind> choose_transports(int rank,
                            "same on every rank");
     }
   }
-  std::vector<TransportKind> kinds(peers.size(), TransportKind::kTcp);
-  const bootstrap::PeerInfo& me = peers[static_cast<std::size_t>(rank)];
+  const TransportEntry* forced = mine == "auto" ? nullptr : find_transport(mine);
+  if (mine != "auto" && forced == nullptr) {
+    throw BootstrapError("rank " + std::to_string(rank) + " asks for transport " + mine +
+                         ", which is not one of " + transport_choices());
+  }
+  // The automatic entries by priority, highest first (stable: equal priorities keep table order).
+  std::vector<const TransportEntry*> candidates;
+  for (const TransportEntry& e : transport_table()) {
+    if (e.automatic) candidates.push_back(&e);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const TransportEntry* a, const TransportEntry* b) {
+                     return a->priority > b->priority;
+                   });
+  std::vector<const TransportEntry*> chosen(peers.size(), nullptr);
   for (const bootstrap::PeerInfo& p : peers) {
     if (p.rank == rank) continue;
-    const bool same_host = p.host_id == me.host_id;
-    const bool both_shm = p.blobs.count("shm") > 0 && me.blobs.count("shm") > 0;
-    TransportKind& k = kinds[static_cast<std::size_t>(p.rank)];
-    if (mine == "tcp") {
-      k = TransportKind::kTcp;
-    } else if (mine == "mpi") {
-      if (p.blobs.count("mpi") == 0 || me.blobs.count("mpi") == 0) {
-        throw BootstrapError("MWMS_TRANSPORT=mpi, but rank " +
-                             std::to_string(me.blobs.count("mpi") == 0 ? rank : p.rank) +
-                             " has no MPI link: it was not started by an MPI launcher (mpirun, "
-                             "srun --mpi) whose world is this cluster, or its build has no MPI");
+    const TransportEntry*& pick = chosen[static_cast<std::size_t>(p.rank)];
+    if (forced != nullptr) {
+      const std::string why = forced->cannot_connect(me, p);
+      if (!why.empty()) {
+        throw BootstrapError("transport " + mine + " was asked for (MWMS_TRANSPORT or "
+                             "CommunicatorOptions::transport), but " + why +
+                             "; use another transport (" + transport_choices() + ")");
       }
-      k = TransportKind::kMpi;
-    } else if (mine == "shm") {
-      if (!same_host || !both_shm) {
-        const bool mine_off = me.blobs.count("shm") == 0;
-        const int off = mine_off ? rank : p.rank;
-        throw BootstrapError(
-            "transport shm was asked for (MWMS_TRANSPORT or CommunicatorOptions::transport), but " +
-            (same_host ? "rank " + std::to_string(off) + " has shared memory disabled "
-                         "(MWMS_SHM_DISABLE=1) or unavailable"
-                       : "rank " + std::to_string(p.rank) + " (" + p.address +
-                             ") is on another host than rank " + std::to_string(rank)) +
-            "; use transport auto or tcp");
+      pick = forced;
+      continue;
+    }
+    std::string whys;
+    for (const TransportEntry* e : candidates) {
+      const std::string why = e->cannot_connect(me, p);
+      if (why.empty()) {
+        pick = e;
+        break;
       }
-      k = TransportKind::kShm;
-    } else {
-      k = same_host && both_shm ? TransportKind::kShm : TransportKind::kTcp;
+      whys += std::string(whys.empty() ? "" : "; ") + e->name + ": " + why;
+    }
+    if (pick == nullptr) {
+      throw BootstrapError("no transport connects rank " + std::to_string(rank) + " and rank " +
+                           std::to_string(p.rank) + " (" + p.address + "): " + whys);
     }
   }
-  return kinds;
+  return chosen;
 }
 
 }  // namespace mwms::collective

@@ -41,8 +41,6 @@ void doorbell_ring(Doorbell* bell) noexcept {
 RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
                    Doorbell* peer_bell)
     : peer_(peer), caps_(caps), tx_(tx), rx_(rx), own_(own), peer_bell_(peer_bell) {
-  caps_.in_place_recv = true;
-  caps_.pollable = false;
   rx_next_ = rx_.control->tail.load(std::memory_order_relaxed);
   rx_published_tail_ = rx_next_;
   tx_seen_tail_ = tx_.control->tail.load(std::memory_order_relaxed);

@@ -322,7 +322,7 @@ TEST_CASE("the selector takes one whole-buffer exchange for two ranks over MPI u
   mc::SelectionInput in;
   in.kind = mc::CollectiveKind::kAllReduce;
   in.topology.world_size = 2;
-  in.topology.any_mpi = true;
+  in.topology.links = mc::find_transport("mpi")->tuning;
   mc::SelectorOptions opts;
   in.bytes = std::size_t{2} << 20;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
@@ -332,7 +332,7 @@ TEST_CASE("the selector takes one whole-buffer exchange for two ranks over MPI u
   in.bytes = std::size_t{1} << 20;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::rabenseifner_all_reduce());
   in.topology.world_size = 2;  // not over MPI: the ring
-  in.topology.any_mpi = false;
+  in.topology.links = mc::find_transport("tcp")->tuning;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::ring_all_reduce());
 }
 
@@ -343,7 +343,7 @@ TEST_CASE("the selector takes the hierarchical all-reduce for large messages acr
   in.topology.world_size = 4;
   in.topology.num_hosts = 2;
   in.topology.max_ranks_per_host = 2;
-  in.topology.any_tcp = true;
+  in.topology.links = mc::LinkTuning{};  // shm inside the hosts, TCP between: the defaults
   in.bytes = std::size_t{16} << 20;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::hierarchical_all_reduce());
   in.bytes = 65536 * 2;  // medium: Rabenseifner
@@ -371,8 +371,7 @@ TEST_CASE("the selector's choice is explained and the same for equal inputs", "[
         in.bytes = bytes;
         in.topology.world_size = n;
         in.topology.max_ranks_per_host = n;
-        in.topology.all_shm = shm;
-        in.topology.any_tcp = !shm;
+        in.topology.links = mc::find_transport(shm ? "shm" : "tcp")->tuning;
         mc::Selection a = mc::select_algorithm(in, opts);
         mc::Selection b = mc::select_algorithm(in, opts);
         REQUIRE(a.algorithm != nullptr);

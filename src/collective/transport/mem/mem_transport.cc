@@ -1,8 +1,15 @@
 #include "collective/transport/mem/mem_transport.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "common/logging.h"
+#include "mwms/errors.h"
 
 namespace mwms::collective {
 
@@ -38,5 +45,113 @@ std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
   }
   return links;
 }
+
+namespace {
+
+// A link that keeps its fabric alive (the transport that made it is gone after setup), as
+// ShmLink keeps its segments.
+class MemLink final : public Link {
+ public:
+  MemLink(std::shared_ptr<MemFabric> fabric, std::unique_ptr<Link> ring)
+      : fabric_(std::move(fabric)), ring_(std::move(ring)) {}
+  const TransportCaps& caps() const noexcept override { return ring_->caps(); }
+  int peer() const noexcept override { return ring_->peer(); }
+  bool poll_send(SendSlot& slot) override { return ring_->poll_send(slot); }
+  bool poll_recv(RecvSlot& slot) override { return ring_->poll_recv(slot); }
+  RecvView recv_view(const RecvSlot& slot) override { return ring_->recv_view(slot); }
+  void recv_release(RecvSlot& slot, std::size_t bytes) override {
+    ring_->recv_release(slot, bytes);
+  }
+  void wait(double max_seconds, bool for_send, bool for_recv) override {
+    ring_->wait(max_seconds, for_send, for_recv);
+  }
+
+ private:
+  std::shared_ptr<MemFabric> fabric_;  // declared first: destroyed after the ring
+  std::unique_ptr<Link> ring_;
+};
+
+// The fabric of each communicator being connected, by name; weak, so that it dies with its
+// last link. Ranks connect in any order; the first one in creates it.
+std::shared_ptr<MemFabric> fabric_named(const std::string& name, int world_size,
+                                        std::size_t ring_bytes) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<MemFabric>> fabrics;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = fabrics.begin(); it != fabrics.end();) {  // forget the dead ones
+    it = it->second.expired() ? fabrics.erase(it) : std::next(it);
+  }
+  std::shared_ptr<MemFabric> f = fabrics[name].lock();
+  if (!f) {
+    f = std::make_shared<MemFabric>(world_size, ring_bytes);
+    fabrics[name] = f;
+  }
+  return f;
+}
+
+class MemTransport final : public Transport {
+ public:
+  explicit MemTransport(const TransportOptions& options)
+      : options_(options),
+        blob_(std::to_string(::getpid()) + ":" + std::to_string(next_nonce())) {
+    caps_.name = "mem";
+    caps_.chunk_bytes = options.chunk_bytes;
+  }
+  const TransportCaps& caps() const noexcept override { return caps_; }
+  /// "<pid>:<nonce>".
+  std::string local_address() const override { return blob_; }
+  std::vector<std::unique_ptr<Link>> connect(const std::vector<int>& peers,
+                                             const ConnectContext& ctx) override {
+    MWMS_CHECK(ctx.peers != nullptr && static_cast<int>(ctx.peers->size()) == ctx.world_size,
+               "mem connect without peer info");
+    auto first = (*ctx.peers)[0].blobs.find("mem");
+    MWMS_CHECK(first != (*ctx.peers)[0].blobs.end(), "rank 0 published no mem address");
+    // Rings of 4 chunks, as shared memory's default (a multiple of 64, at least 128).
+    const std::size_t ring = std::max<std::size_t>(4 * options_.chunk_bytes / 64 * 64, 128);
+    std::shared_ptr<MemFabric> fabric =
+        fabric_named(options_.job_fingerprint + "/" + first->second, ctx.world_size, ring);
+    std::vector<std::unique_ptr<Link>> all = fabric->links_of(ctx.rank);
+    std::vector<std::unique_ptr<Link>> links;
+    for (int p : peers) {
+      links.push_back(
+          std::make_unique<MemLink>(fabric, std::move(all[static_cast<std::size_t>(p)])));
+    }
+    return links;
+  }
+
+ private:
+  static long long next_nonce() {
+    static std::atomic<long long> nonce{0};
+    return ++nonce;
+  }
+  TransportOptions options_;
+  std::string blob_;
+  TransportCaps caps_;
+};
+
+std::unique_ptr<Transport> create_mem(const TransportOptions& options) {
+  return std::make_unique<MemTransport>(options);
+}
+
+// Threads of one process: both blobs name the same pid on the same host.
+std::string mem_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::PeerInfo& peer) {
+  auto pid_of = [](const bootstrap::PeerInfo& p) {
+    auto it = p.blobs.find("mem");
+    return it == p.blobs.end() ? std::string() : it->second.substr(0, it->second.find(':'));
+  };
+  if (pid_of(me).empty() || pid_of(peer).empty() || pid_of(me) != pid_of(peer) ||
+      me.host_id != peer.host_id) {
+    return "rank " + std::to_string(peer.rank) + " (" + peer.address +
+           ") is not a thread of the process of rank " + std::to_string(me.rank);
+  }
+  return "";
+}
+
+}  // namespace
+
+// Its links are shm's rings in heap memory: shm's thresholds would fit, but the selector's
+// defaults keep the algorithm tests independent of them.
+const TransportEntry kMemTransportEntry{"mem", 40, false, false, create_mem, mem_cannot_connect,
+                                        nullptr, LinkTuning{}};
 
 }  // namespace mwms::collective

@@ -1,13 +1,16 @@
 // The in-memory transport: ranks are threads of one process and every pair is a RingLink over
 // heap memory. It exists so that algorithm plans and the runner get unit tests and threaded
 // tests without sockets (tests/unit/collective); the shared-memory transport is the same link
-// over a segment shared between processes.
+// over a segment shared between processes. It is also a row of the transport table like any
+// other (kMemTransportEntry, not selectable by MWMS_TRANSPORT), which shows what adding a
+// transport takes (Note [transport table]).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "collective/transport/ring_link.h"
+#include "collective/transport/transport.h"
 
 namespace mwms::collective {
 
@@ -30,5 +33,11 @@ class MemFabric {
   std::vector<std::unique_ptr<Pair>> pairs_;  // [from * n + to]
   std::unique_ptr<Doorbell[]> bells_;
 };
+
+/// The table's row (transport/registry.cc): ranks that are threads of one process (their "mem"
+/// blobs name the same process). Each communicator gets its own MemFabric, named by the
+/// fingerprint of the job and rank 0's blob (a fresh nonce per transport), shared by its ranks'
+/// links and freed with the last of them. Never automatic; not user-selectable.
+extern const TransportEntry kMemTransportEntry;
 
 }  // namespace mwms::collective

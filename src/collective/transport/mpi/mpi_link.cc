@@ -54,10 +54,7 @@ bool MpiComm::progress() noexcept {
 TransportCaps mpi_caps(std::size_t chunk_bytes) {
   TransportCaps c;
   c.name = "mpi";
-  c.in_place_recv = false;  // MPI lands bytes only in the posted buffer
-  c.pollable = false;       // no descriptor: wait() polls MPI
   c.chunk_bytes = chunk_bytes;
-  c.max_inflight = MpiLink::kWindow;
   return c;
 }
 

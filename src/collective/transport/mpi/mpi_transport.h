@@ -1,6 +1,6 @@
 // The MPI transport: every pair's messages as MPI point-to-point messages (MpiLink) on a private
-// duplicate of MPI_COMM_WORLD, our algorithms on top. Compiled only with MWMS_WITH_MPI; created by
-// make_transport(TransportKind::kMpi) in transport/registry.cc. MPI itself is acquired from its one
+// duplicate of MPI_COMM_WORLD, our algorithms on top. Compiled only with MWMS_WITH_MPI; its table
+// row (mpi_entry.cc, built everywhere) creates it. MPI itself is acquired from its one
 // owner (bootstrap/mpi_runtime.h, Note [mpi ownership]); the rendezvous, the TCP control plane
 // (aborts, stall blame, a dead peer's closed socket) and the mesh stay what they are for every
 // transport.
@@ -25,7 +25,6 @@ class MpiTransport final : public Transport {
  public:
   /// Payload pieces of `chunk_bytes` (capped below INT_MAX: MPI counts are int).
   MpiTransport(bootstrap::MpiRuntime& runtime, const TransportOptions& options);
-  TransportKind kind() const noexcept override { return TransportKind::kMpi; }
   const TransportCaps& caps() const noexcept override { return caps_; }
   /// "<MPI world rank>:<chunk bytes>": our rank may differ from the MPI rank (TF_CONFIG orders
   /// the tasks), and both sides must cut payloads at the same offsets.

@@ -14,11 +14,7 @@ constexpr std::size_t kPage = 4096;
 TransportCaps shm_caps(std::size_t chunk_bytes) {
   TransportCaps c;
   c.name = "shm";
-  c.host_memory = true;
-  c.in_place_recv = true;
-  c.pollable = false;
   c.chunk_bytes = chunk_bytes;
-  c.max_inflight = 1;
   return c;
 }
 
@@ -82,7 +78,7 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect(const std::vector<int>&
 }
 
 std::unique_ptr<Transport> make_shm_transport(const TransportOptions& options) {
-  if (common::env_string("MWMS_SHM_DISABLE") == "1") return nullptr;
+  if (common::env_string("MWMS_SHM_DISABLE") == "1" || !options.may_share_host) return nullptr;
   const long long asked = common::env_int("MWMS_SHM_RING_BYTES");
   if (asked < 0) throw InvalidArgument("MWMS_SHM_RING_BYTES must be >= 0");
   std::size_t ring = asked == 0 ? 4 * options.chunk_bytes : static_cast<std::size_t>(asked);
@@ -94,5 +90,33 @@ std::unique_ptr<Transport> make_shm_transport(const TransportOptions& options) {
   }
   return std::make_unique<ShmTransport>(options, ring);
 }
+
+namespace {
+
+std::string shm_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::PeerInfo& peer) {
+  if (peer.host_id != me.host_id) {
+    return "rank " + std::to_string(peer.rank) + " (" + peer.address +
+           ") is on another host than rank " + std::to_string(me.rank);
+  }
+  for (const bootstrap::PeerInfo* p : {&me, &peer}) {
+    if (p->blobs.count("shm") == 0) {
+      return "rank " + std::to_string(p->rank) + " has shared memory disabled "
+             "(MWMS_SHM_DISABLE=1) or unavailable";
+    }
+  }
+  return "";
+}
+
+void shm_descriptors(common::DescriptorBudget& budget) { ++budget.shm_peers; }
+
+// Over shared memory a latency is a few microseconds and bytes are cheap to copy: recursive
+// doubling's whole-buffer exchanges stop paying off above 8 KiB, and the ring's pipeline beats
+// Rabenseifner from a few hundred KiB (n = 4, 2 cores; docs/algorithms.md).
+constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true};
+
+}  // namespace
+
+const TransportEntry kShmTransportEntry{"shm", 30, true, true, make_shm_transport,
+                                        shm_cannot_connect, shm_descriptors, kShmTuning};
 
 }  // namespace mwms::collective

@@ -1,6 +1,6 @@
 // The shared-memory transport (DESIGN "The transport seam"): links between ranks on one host are
 // RingLinks over memory both processes map. Each rank owns one segment with its inbound rings
-// and its doorbell (shm_segment.h, Note [shm segment]), created in phase 1 (make_transport) and
+// and its doorbell (shm_segment.h, Note [shm segment]), created in phase 1 (its table entry) and
 // published as this rank's "shm" address; connect() maps the segment of every peer it is given
 // and pairs the rings: this rank writes the peer's inbound ring indexed by its own rank and reads
 // its own inbound ring indexed by the peer. A dead peer is not seen on the rings (no EOF): the
@@ -22,7 +22,6 @@ class ShmTransport final : public Transport {
   /// @throws BackendError when the segment cannot be created.
   ShmTransport(const TransportOptions& options, std::size_t ring_bytes);
 
-  TransportKind kind() const noexcept override { return TransportKind::kShm; }
   const TransportCaps& caps() const noexcept override { return caps_; }
   /// "pid:fd:bytes:nonce" of this rank's segment.
   std::string local_address() const override { return segment_->address(); }
@@ -38,9 +37,15 @@ class ShmTransport final : public Transport {
   std::shared_ptr<ShmSegment> segment_;
 };
 
-/// The shm transport for make_transport(): nullptr when MWMS_SHM_DISABLE=1. The ring size is
-/// MWMS_SHM_RING_BYTES, or 4 x chunk_bytes when 0, rounded up to 4096. @throws InvalidArgument
-/// for a ring smaller than one chunk; BackendError when the segment cannot be created.
+/// This rank's shm transport: nullptr when MWMS_SHM_DISABLE=1 or options.may_share_host is
+/// false (every peer is surely on another host: a segment would be made, published and freed
+/// unused). The ring size is MWMS_SHM_RING_BYTES, or 4 x chunk_bytes when 0, rounded up to 4096.
+/// @throws InvalidArgument for a ring smaller than one chunk; BackendError when the segment
+///   cannot be created.
 std::unique_ptr<Transport> make_shm_transport(const TransportOptions& options);
+
+/// The table's row (transport/registry.cc): the pairs of one host whose ends both published a
+/// segment; above TCP under auto.
+extern const TransportEntry kShmTransportEntry;
 
 }  // namespace mwms::collective

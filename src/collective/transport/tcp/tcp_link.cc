@@ -27,7 +27,6 @@ bool would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; 
 TransportCaps tcp_caps(std::size_t chunk_bytes) {
   TransportCaps c;
   c.name = "tcp";
-  c.pollable = true;
   c.chunk_bytes = chunk_bytes;
   return c;
 }
