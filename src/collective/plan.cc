@@ -42,12 +42,12 @@ void set_send(const CollectiveCall& call, Transfer& t, int step, int peer, const
 }
 
 void set_recv(const CollectiveCall& call, Transfer& t, int step, int peer, char* data,
-              std::size_t bytes, bool in_chunks, int gate) {
+              std::size_t bytes, Finalise how, int gate) {
   t.has_recv = true;
   t.recv_peer = peer;
   t.recv = data;
   t.recv_bytes = bytes;
-  t.recv_in_chunks = in_chunks;
+  t.recv_in_chunks = how == Finalise::kInChunks;
   t.recv_gate = gate;
   t.expect_header = header_for(call, step, bytes);
 }

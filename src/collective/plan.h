@@ -131,10 +131,21 @@ inline int log2_of(int p) {
 
 /// Header of step `step` of `call` with `payload` bytes.
 FrameHeader header_for(const CollectiveCall& call, int step, std::size_t payload);
-/// Fills the send half of `t` (to `peer`) / the receive half (from `peer`).
+/// A transfer whose send or receive waits for no other (Note [ring gating]).
+constexpr int kNoGate = -1;
+
+/// How the runner finalises a receive (Transfer::recv_in_chunks): in chunk_bytes pieces through
+/// the action, so that a gated send can forward each piece as soon as it is final (reductions
+/// of a pipeline), or as one piece once all of it arrived.
+enum class Finalise : bool { kWhole = false, kInChunks = true };
+
+/// Fills the send half of `t` (to `peer`): `bytes` of `data` as step `step`, gated by transfer
+/// `gate` or kNoGate.
 void set_send(const CollectiveCall& call, Transfer& t, int step, int peer, const char* data,
               std::size_t bytes, int gate);
+/// Fills the receive half of `t` (from `peer`): `bytes` landing at `data` as step `step`,
+/// finalised as `how` says, gated by transfer `gate` or kNoGate.
 void set_recv(const CollectiveCall& call, Transfer& t, int step, int peer, char* data,
-              std::size_t bytes, bool in_chunks, int gate);
+              std::size_t bytes, Finalise how, int gate);
 
 }  // namespace mwms::collective

@@ -32,7 +32,7 @@ class GatherAllReduce final : public Algorithm {
       set_send(call, t, s, wrap_rank(r + 1, n), gather + wrap_rank(r - s, n) * bytes, bytes,
                s - 1);
       set_recv(call, t, s, wrap_rank(r - 1, n), gather + wrap_rank(r - s - 1, n) * bytes, bytes,
-               false, -1);
+               Finalise::kWhole, kNoGate);
     }
   }
 

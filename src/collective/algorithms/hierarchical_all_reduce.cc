@@ -82,7 +82,7 @@ class HierarchicalAllReduce final : public Algorithm {
       Segment in = ring_segment(call.count, L, wrap_rank(l - s - 1, L));
       Transfer& t = plan->transfers[static_cast<std::size_t>(ti)];
       set_send(call, t, ti, next_local, buffer + out.offset * esize, out.count * esize, ti - 1);
-      set_recv(call, t, ti, prev_local, scratch, in.count * esize, true, -1);
+      set_recv(call, t, ti, prev_local, scratch, in.count * esize, Finalise::kInChunks, kNoGate);
       t.recv_must_land = false;  // only the reduction reads it
       plan->actions[static_cast<std::size_t>(ti)].accumulate_into = buffer + in.offset * esize;
     }
@@ -95,7 +95,7 @@ class HierarchicalAllReduce final : public Algorithm {
       Transfer& t = plan->transfers[static_cast<std::size_t>(ti)];
       set_send(call, t, ti, next_host, base + out.offset * esize, out.count * esize, ti - 1);
       if (s == 0) t.send_gate_whole = true;  // Note [hierarchical gating]
-      set_recv(call, t, ti, prev_host, scratch, in.count * esize, true, -1);
+      set_recv(call, t, ti, prev_host, scratch, in.count * esize, Finalise::kInChunks, kNoGate);
       t.recv_must_land = false;
       ChunkAction& a = plan->actions[static_cast<std::size_t>(ti)];
       a.accumulate_into = base + in.offset * esize;
@@ -106,7 +106,8 @@ class HierarchicalAllReduce final : public Algorithm {
       Segment in = ring_segment(seg.count, H, wrap_rank(h - s, H));
       Transfer& t = plan->transfers[static_cast<std::size_t>(ti)];
       set_send(call, t, ti, next_host, base + out.offset * esize, out.count * esize, ti - 1);
-      set_recv(call, t, ti, prev_host, base + in.offset * esize, in.count * esize, false, -1);
+      set_recv(call, t, ti, prev_host, base + in.offset * esize, in.count * esize, Finalise::kWhole,
+               kNoGate);
     }
     // C: all-gather inside the host; step s sends segment l-s+1, receives segment l-s in place.
     for (int s = 0; s < a_steps; ++s, ++ti) {
@@ -115,7 +116,8 @@ class HierarchicalAllReduce final : public Algorithm {
       Transfer& t = plan->transfers[static_cast<std::size_t>(ti)];
       set_send(call, t, ti, next_local, buffer + out.offset * esize, out.count * esize, ti - 1);
       if (s == 0) t.send_gate_whole = true;  // all of B has landed
-      set_recv(call, t, ti, prev_local, buffer + in.offset * esize, in.count * esize, false, -1);
+      set_recv(call, t, ti, prev_local, buffer + in.offset * esize, in.count * esize,
+               Finalise::kWhole, kNoGate);
     }
   }
 };

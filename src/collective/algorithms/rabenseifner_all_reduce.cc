@@ -64,8 +64,8 @@ class RabenseifnerAllReduce final : public Algorithm {
     char* user = b.recv;
     if (r >= p) {  // an extra rank: hand the buffer over, get the result back
       plan->reset(2);
-      set_send(call, plan->transfers[0], 0, r - p, user, bytes, -1);
-      set_recv(call, plan->transfers[1], 2 * steps + 1, r - p, user, bytes, false, 0);
+      set_send(call, plan->transfers[0], 0, r - p, user, bytes, kNoGate);
+      set_recv(call, plan->transfers[1], 2 * steps + 1, r - p, user, bytes, Finalise::kWhole, 0);
       return;
     }
     char* full = scratch;
@@ -77,7 +77,7 @@ class RabenseifnerAllReduce final : public Algorithm {
     plan->reset(static_cast<std::size_t>(first + 2 * steps + (folds ? 1 : 0)));
     if (folds) {  // op(X_r, X_{r+p}) into U; F is free as the landing area
       Transfer& t = plan->transfers[0];
-      set_recv(call, t, 0, r + p, full, bytes, true, -1);
+      set_recv(call, t, 0, r + p, full, bytes, Finalise::kInChunks, kNoGate);
       t.recv_must_land = false;
       plan->actions[0].accumulate_into = user;
     }
@@ -101,12 +101,13 @@ class RabenseifnerAllReduce final : public Algorithm {
       char* other = base == user ? full : user;
       const bool last = k == steps - 1;
       if (lower) {
-        set_recv(call, t, 1 + k, peer, landing, keep_e - keep_b, true, -1);
+        set_recv(call, t, 1 + k, peer, landing, keep_e - keep_b, Finalise::kInChunks, kNoGate);
         t.recv_must_land = false;
         a.accumulate_into = base + keep_b;
         if (last && base != user) a.copy_to = user + keep_b;
       } else {
-        set_recv(call, t, 1 + k, peer, other + keep_b, keep_e - keep_b, true, -1);
+        set_recv(call, t, 1 + k, peer, other + keep_b, keep_e - keep_b, Finalise::kInChunks,
+                 kNoGate);
         a.operand = base + keep_b;
         base = other;
         if (last && base != user) {
@@ -132,7 +133,7 @@ class RabenseifnerAllReduce final : public Algorithm {
       // that begins with either of the two received before.
       t.send_gate_whole = j > 0;
       set_recv(call, t, 1 + steps + j, peer, user + at(theirs), at(theirs + width) - at(theirs),
-               false, j == 0 ? ti - 1 : -1);
+               Finalise::kWhole, j == 0 ? ti - 1 : kNoGate);
     }
     if (folds) {
       const int ti = gather_first + steps;

@@ -95,8 +95,8 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     char* user = b.recv;
     if (r >= p) {  // an extra rank: hand the buffer over, get the result back
       plan->reset(2);
-      set_send(call, plan->transfers[0], 0, r - p, user, bytes, -1);
-      set_recv(call, plan->transfers[1], steps + 1, r - p, user, bytes, false, 0);
+      set_send(call, plan->transfers[0], 0, r - p, user, bytes, kNoGate);
+      set_recv(call, plan->transfers[1], steps + 1, r - p, user, bytes, Finalise::kWhole, 0);
       return;
     }
     char* bufs[3] = {scratch, scratch + bytes, scratch + 2 * bytes};
@@ -110,7 +110,7 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     if (folds) {
       // op(X_r, X_{r+p}): accumulate the extra rank's buffer into the staged copy of ours.
       Transfer& t = plan->transfers[0];
-      set_recv(call, t, 0, r + p, landing, bytes, true, -1);
+      set_recv(call, t, 0, r + p, landing, bytes, Finalise::kInChunks, kNoGate);
       t.recv_must_land = false;
       ChunkAction& a = plan->actions[0];
       a.accumulate_into = bufs[0];
@@ -131,7 +131,7 @@ class RecursiveDoublingAllReduce final : public Algorithm {
       int result_i;
       if (low_at(k)) {
         // op(own, received): the received bytes are only read, through the action.
-        set_recv(call, t, k + 1, peer, landing, bytes, true, ti - 1);
+        set_recv(call, t, k + 1, peer, landing, bytes, Finalise::kInChunks, ti - 1);
         t.recv_must_land = false;
         a.accumulate_into = bufs[copy_i];
         result_i = copy_i;
@@ -139,7 +139,8 @@ class RecursiveDoublingAllReduce final : public Algorithm {
       } else {
         // op(received, own): land the lower partial in a free buffer (U in the last step).
         result_i = free_buffer(send_i, -1);
-        set_recv(call, t, k + 1, peer, last ? user : bufs[result_i], bytes, true, ti - 1);
+        set_recv(call, t, k + 1, peer, last ? user : bufs[result_i], bytes, Finalise::kInChunks,
+                 ti - 1);
         a.operand = bufs[send_i];
       }
       a.scale = last && call.op == ReduceOp::kMean;

@@ -27,7 +27,7 @@ class RingAllGather final : public Algorithm {
       const char* out = s == 0 ? b.send : b.recv + wrap_rank(r - s, n) * block;
       set_send(call, t, s, wrap_rank(r + 1, n), out, block, s - 1);
       set_recv(call, t, s, wrap_rank(r - 1, n), b.recv + wrap_rank(r - s - 1, n) * block, block,
-               false, -1);
+               Finalise::kWhole, kNoGate);
     }
   }
 };

@@ -34,7 +34,7 @@ class RingAllReduce final : public Algorithm {
       Segment in = ring_segment(call.count, n, wrap_rank(r - s - 1, n));
       Transfer& t = plan->transfers[s];
       set_send(call, t, s, next, buffer + out.offset * esize, out.count * esize, s - 1);
-      set_recv(call, t, s, prev, scratch, in.count * esize, true, -1);
+      set_recv(call, t, s, prev, scratch, in.count * esize, Finalise::kInChunks, kNoGate);
       t.recv_must_land = false;  // only the reduction reads it
       ChunkAction& a = plan->actions[s];
       a.accumulate_into = buffer + in.offset * esize;
@@ -47,7 +47,8 @@ class RingAllReduce final : public Algorithm {
       Segment in = ring_segment(call.count, n, wrap_rank(r - s, n));
       Transfer& t = plan->transfers[ti];
       set_send(call, t, ti, next, buffer + out.offset * esize, out.count * esize, ti - 1);
-      set_recv(call, t, ti, prev, buffer + in.offset * esize, in.count * esize, false, -1);
+      set_recv(call, t, ti, prev, buffer + in.offset * esize, in.count * esize, Finalise::kWhole,
+               kNoGate);
     }
   }
 };

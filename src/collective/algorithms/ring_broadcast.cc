@@ -23,10 +23,10 @@ class RingBroadcast final : public Algorithm {
     Transfer& t = plan->transfers[0];
     bool receives = position != 0;
     if (receives) {
-      set_recv(call, t, 0, wrap_rank(call.rank - 1, n), b.recv, bytes, false, -1);
+      set_recv(call, t, 0, wrap_rank(call.rank - 1, n), b.recv, bytes, Finalise::kWhole, kNoGate);
     }
     if (position != n - 1) {
-      set_send(call, t, 0, wrap_rank(call.rank + 1, n), b.recv, bytes, receives ? 0 : -1);
+      set_send(call, t, 0, wrap_rank(call.rank + 1, n), b.recv, bytes, receives ? 0 : kNoGate);
     }
   }
 };

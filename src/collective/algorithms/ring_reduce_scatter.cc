@@ -30,7 +30,8 @@ class RingReduceScatter final : public Algorithm {
       Transfer& t = plan->transfers[s];
       const char* src = s == 0 ? b.send + out_block * block : bufs[(s - 1) % 2];
       set_send(call, t, s, wrap_rank(r + 1, n), src, block, s - 1);
-      set_recv(call, t, s, wrap_rank(r - 1, n), bufs[s % 2], block, true, s >= 2 ? s - 1 : -1);
+      set_recv(call, t, s, wrap_rank(r - 1, n), bufs[s % 2], block, Finalise::kInChunks,
+               s >= 2 ? s - 1 : kNoGate);
       ChunkAction& a = plan->actions[s];
       a.operand = b.send + in_block * block;
       if (s == n - 2) {
