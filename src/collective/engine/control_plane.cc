@@ -58,10 +58,7 @@ ErrorContext ControlPlane::with_peer(ErrorContext ctx, int peer) const {
 }
 
 void ControlPlane::ready_barrier(common::Deadline deadline, const ErrorContext& ctx) {
-  FrameHeader ready;
-  ready.kind = static_cast<std::uint8_t>(CollectiveKind::kBarrier);
-  ready.seq = ~std::uint64_t{0};  // no collective has this number
-  ready.root = rank_;
+  const FrameHeader ready = encode(ReadyFrame{rank_});  // Note [control frames]
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (links_[p].valid()) common::write_exact(links_[p].fd(), &ready, kHeader, deadline);
   }
@@ -69,9 +66,8 @@ void ControlPlane::ready_barrier(common::Deadline deadline, const ErrorContext& 
     if (!links_[p].valid()) continue;
     FrameHeader h;
     common::IoResult r = common::read_exact(links_[p].fd(), &h, kHeader, deadline);
-    bool ok = r.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
-              h.kind == static_cast<std::uint8_t>(CollectiveKind::kBarrier) &&
-              h.seq == ~std::uint64_t{0} && h.root == static_cast<int>(p);
+    bool ok = r.status == common::IoStatus::kOk && is_ready_frame(h) &&
+              ready_frame_of(h).sender == static_cast<int>(p);
     if (!ok) {
       ErrorContext c = with_peer(ctx, static_cast<int>(p));
       throw BootstrapError("rank " + std::to_string(p) + " did not confirm its links at the end "
@@ -129,8 +125,9 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   if (framed && h.kind == static_cast<std::uint8_t>(CollectiveKind::kStallNotice)) {
     // Note [stall blame]: the sender waits for `root`, or (root -1) no longer waits. Only a
     // rank's own notice moves its edge.
-    const int waiter = h.step;
-    const int waited = h.root;
+    const StallFrame f = stall_frame_of(h);
+    const int waiter = f.waiter;
+    const int waited = f.waited_for;
     if (waiter == peer && waited >= -1 && waited < static_cast<int>(waits_for_.size())) {
       waits_for_[static_cast<std::size_t>(waiter)] = waited;
     }
@@ -146,10 +143,13 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
     open_[static_cast<std::size_t>(peer)].store(false);
     return;
   }
-  const std::uint64_t payload = h.payload_bytes;  // packed field: copy, never bind a reference
-  std::string reason(std::min<std::uint64_t>(payload, kMaxAbortReasonBytes), '\0');
+  AbortFrame abort = abort_frame_of(h);
+  std::string reason(std::min<std::uint64_t>(abort.reason_bytes, kMaxAbortReasonBytes), '\0');
   common::read_exact(fd, reason.data(), reason.size(), common::deadline_after(1.0));
-  int failed = h.root >= 0 && h.root < static_cast<int>(links_.size()) ? h.root : peer;
+  // A failed rank outside the communicator is the sender's own failure.
+  const int failed = abort.failed_rank >= 0 && abort.failed_rank < static_cast<int>(links_.size())
+                         ? abort.failed_rank
+                         : peer;
   // Note [abort relay]: the failing rank tells every rank itself (full mesh), but one frame at a
   // time: a rank that reads it first may fail its collective and exit, closing its links, before
   // the failing rank's frame has reached a third rank (descheduled between two writes, on 2
@@ -159,14 +159,15 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   // forwarded frame is ahead of this rank's close, and drain() reads it first. One relay per
   // rank and communicator (abort_sent_), so a failure costs at most n^2 small frames.
   if (!abort_sent_.exchange(true)) {
-    h.payload_bytes = reason.size();
+    abort.reason_bytes = reason.size();  // what this rank read (at most kMaxAbortReasonBytes)
+    const FrameHeader relay = encode(abort);
     std::lock_guard<std::mutex> lock(writer_);
     common::Deadline d = common::deadline_after(0.5);
     for (std::size_t p = 0; p < links_.size(); ++p) {
       const int q = static_cast<int>(p);
       if (q == peer || q == failed || q == rank_ || closed(q)) continue;
       int out = links_[p].fd();
-      if (common::write_exact(out, &h, kHeader, d).status == common::IoStatus::kOk) {
+      if (common::write_exact(out, &relay, kHeader, d).status == common::IoStatus::kOk) {
         common::write_exact(out, reason.data(), reason.size(), d);
       }
     }
@@ -180,15 +181,10 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
     text += " (reported by rank " + std::to_string(peer) + ")";
   }
   ErrorContext c = with_peer(ctx, failed);
-  // The failing rank's FailureCause (a value it does not know of reads as unknown).
-  c.cause = h.dtype <= static_cast<std::uint8_t>(FailureCause::kStalled)
-                ? static_cast<FailureCause>(h.dtype)
-                : FailureCause::kUnknown;
+  c.cause = abort.failure;  // the failing rank's FailureCause
   // Re-raise with the class the failing rank saw, so every rank can react the same way.
-  if (h.op == static_cast<std::uint8_t>(AbortCause::kMismatch)) {
-    throw CollectiveMismatchError(text, c);
-  }
-  if (h.op == static_cast<std::uint8_t>(AbortCause::kTimeout)) throw TimeoutError(text, c);
+  if (abort.cause == AbortCause::kMismatch) throw CollectiveMismatchError(text, c);
+  if (abort.cause == AbortCause::kTimeout) throw TimeoutError(text, c);
   throw PeerError(text, c);
 }
 
@@ -212,13 +208,8 @@ void ControlPlane::send_abort(int failed_rank, const std::string& reason, AbortC
   } catch (...) {  // bad_alloc: the flag still stops the waits
   }
   gave_up_.store(true, std::memory_order_release);
-  FrameHeader h;
-  h.kind = static_cast<std::uint8_t>(CollectiveKind::kAbort);
-  h.root = failed_rank;
-  h.op = static_cast<std::uint8_t>(cause);
-  h.dtype = static_cast<std::uint8_t>(why);
   std::string text = reason.substr(0, kMaxAbortReasonBytes);
-  h.payload_bytes = text.size();
+  const FrameHeader h = encode(AbortFrame{failed_rank, cause, why, text.size()});
   std::lock_guard<std::mutex> lock(writer_);
   common::Deadline d = common::deadline_after(1.0);
   for (std::size_t p = 0; p < links_.size(); ++p) {
@@ -231,11 +222,7 @@ void ControlPlane::send_abort(int failed_rank, const std::string& reason, AbortC
 }
 
 void ControlPlane::send_stall_notice(std::uint64_t seq, int waited) noexcept {
-  FrameHeader h;
-  h.kind = static_cast<std::uint8_t>(CollectiveKind::kStallNotice);
-  h.root = waited;
-  h.step = rank_;
-  h.seq = seq;
+  const FrameHeader h = encode(StallFrame{rank_, waited, seq});
   waits_for_[static_cast<std::size_t>(rank_)] = waited;
   std::lock_guard<std::mutex> lock(writer_);
   common::Deadline d = common::deadline_after(0.5);
@@ -246,16 +233,18 @@ void ControlPlane::send_stall_notice(std::uint64_t seq, int waited) noexcept {
 
 void ControlPlane::record_finalized(int peer, const FrameHeader& h, const ErrorContext& ctx) {
   // Note [finalize]: a fixed-size frame; every field is checked before it is believed.
+  // Note [control frames]: the fields the protocol leaves unused must be 0 (raw header fields).
+  const FinalizedFrame f = finalized_frame_of(h);
   const std::uint64_t payload = h.payload_bytes;  // packed fields: copy, never bind a reference
-  const std::uint64_t seq = h.seq;
+  const std::uint64_t seq = f.collectives;
   const char* bad = nullptr;
-  if (h.root != peer) bad = "root is not the sender";
+  if (f.sender != peer) bad = "root is not the sender";
   if (payload != 0) bad = "payload_bytes is not 0";
   if (h.step != 0) bad = "step is not 0";
   if (seq >= (std::uint64_t{1} << 62)) bad = "seq is out of range";
   if (bad != nullptr) {
     throw PeerError("rank " + std::to_string(peer) + " sent a malformed finalized notice (" + bad +
-                        ", root " + std::to_string(h.root) + ", seq " + std::to_string(seq) +
+                        ", root " + std::to_string(f.sender) + ", seq " + std::to_string(seq) +
                         "): corrupt control stream",
                     with_peer(ctx, peer));
   }
@@ -279,10 +268,7 @@ void ControlPlane::send_finalized(std::uint64_t collectives) noexcept {
   std::lock_guard<std::mutex> lock(writer_);
   if (finalized_sent_) return;
   finalized_sent_ = true;
-  FrameHeader h;
-  h.kind = static_cast<std::uint8_t>(CollectiveKind::kFinalized);
-  h.root = rank_;
-  h.seq = collectives;
+  const FrameHeader h = encode(FinalizedFrame{rank_, collectives});
   common::Deadline d = common::deadline_after(1.0);
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (!closed(static_cast<int>(p))) common::write_exact(links_[p].fd(), &h, kHeader, d);
@@ -306,15 +292,16 @@ int ControlPlane::blame(int waited) const {
 // ---- Note [heartbeat] ----
 
 void ControlPlane::record_heartbeat(int peer, const FrameHeader& h, const ErrorContext& ctx) {
+  const HeartbeatFrame f = heartbeat_frame_of(h);
   const std::uint64_t payload = h.payload_bytes;  // packed fields: copy, never bind a reference
-  const std::uint64_t interval_ms = h.count;
+  const std::uint64_t interval_ms = f.interval_ms;
   const char* bad = nullptr;
-  if (h.root != peer) bad = "root is not the sender";
+  if (f.sender != peer) bad = "root is not the sender";
   if (payload != 0) bad = "payload_bytes is not 0";
   if (interval_ms > 86400000) bad = "interval is over a day";
   if (bad != nullptr) {
     throw PeerError("rank " + std::to_string(peer) + " sent a malformed heartbeat (" + bad +
-                        ", root " + std::to_string(h.root) + ", interval " +
+                        ", root " + std::to_string(f.sender) + ", interval " +
                         std::to_string(interval_ms) + " ms): corrupt control stream",
                     with_peer(ctx, peer));
   }
@@ -373,10 +360,7 @@ std::string ControlPlane::gone_reason(int peer) const {
 }
 
 void ControlPlane::send_heartbeats(std::uint64_t interval_ms) noexcept {
-  FrameHeader h;
-  h.kind = static_cast<std::uint8_t>(CollectiveKind::kHeartbeat);
-  h.root = rank_;
-  h.count = interval_ms;
+  const FrameHeader h = encode(HeartbeatFrame{rank_, interval_ms});
   std::lock_guard<std::mutex> lock(writer_);
   if (finalized_sent_) return;
   for (std::size_t p = 0; p < links_.size(); ++p) {

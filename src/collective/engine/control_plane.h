@@ -2,11 +2,9 @@
 // carries the data, for what must reach a rank that is blocked on a link that cannot fail loudly
 // (shared memory has no EOF): the abort relay, stall blame and, through the closed control link of
 // a process that died, death notices, and the notice of an orderly shutdown. Messages are
-// FrameHeaders of kind kAbort (root = the rank that failed, op = AbortCause, dtype = the
-// FailureCause of the failing rank's error, payload = reason),
-// kStallNotice (root = the rank waited for or -1: no longer waits, step = the waiting rank, seq =
-// the collective) or
-// kFinalized (root = the sender, seq = the collectives it completed, no payload).
+// FrameHeaders whose fields each protocol names in control_frames.h (Note [control frames]): the
+// ready barrier, the abort relay (the failed rank, its AbortCause and FailureCause, the reason as
+// payload), stall notices, the finalized notice and heartbeats.
 //
 // Note [stall blame]: a rank blocked on peer p for half the timeout (half the stall-warning
 // interval when that is shorter, Note [stall warning]) tells every rank "I wait for p in seq S",
@@ -69,6 +67,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective/engine/control_frames.h"
 #include "collective/frame.h"
 #include "common/socket.h"
 #include "mwms/errors.h"
@@ -97,8 +96,6 @@ class ReaderLock {
   std::atomic<bool> held_{false};
 };
 
-/// Why a rank aborted; carried in the abort frame so relayed errors keep their class.
-enum class AbortCause : std::uint8_t { kPeer = 0, kMismatch = 1, kTimeout = 2 };
 
 /// Names of every rank, for errors.
 struct PeerNames {
