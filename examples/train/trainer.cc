@@ -220,8 +220,8 @@ void Trainer::begin_epoch(int epoch) {
   epoch_ = epoch;
   step_ = 0;
   for (Replica& rep : replicas_) rep.loss_sum = 0;
-  allreduce_before_ = strategy_.allreduce_seconds();
-  exposed_before_ = strategy_.exposed_allreduce_seconds();
+  allreduce_before_ = strategy_.all_reduce_seconds();
+  exposed_before_ = strategy_.exposed_all_reduce_seconds();
   device_before_ = device_allreduce_seconds_;
   epoch_start_ = now_seconds();
 }
@@ -298,9 +298,9 @@ EpochStats Trainer::end_epoch() {
   stats.epoch = epoch_ + 1;
   stats.steps = steps;
   const double device_seconds = device_allreduce_seconds_ - device_before_;
-  stats.allreduce_seconds = strategy_.allreduce_seconds() - allreduce_before_ + device_seconds;
+  stats.allreduce_seconds = strategy_.all_reduce_seconds() - allreduce_before_ + device_seconds;
   stats.exposed_allreduce_seconds =
-      strategy_.exposed_allreduce_seconds() - exposed_before_ + device_seconds;
+      strategy_.exposed_all_reduce_seconds() - exposed_before_ + device_seconds;
   // The slowest worker sets the pace of a synchronous step.
   stats.seconds = strategy_.reduce(ReduceOp::kMax, now_seconds() - epoch_start_);
   const double examples = static_cast<double>(steps) * static_cast<double>(global_batch);

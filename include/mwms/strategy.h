@@ -294,7 +294,12 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// Seconds this worker was blocked waiting for gradient all-reduces: all of
   /// all_reduce_gradients, and the waits inside finish_gradient_sync() (the communication that
   /// compute did not hide).
-  double exposed_allreduce_seconds() const noexcept;
+  double exposed_all_reduce_seconds() const noexcept;
+  /// Deprecated spelling of exposed_all_reduce_seconds() (kept for one release).
+  [[deprecated("use exposed_all_reduce_seconds()")]] double exposed_allreduce_seconds()
+      const noexcept {
+    return exposed_all_reduce_seconds();
+  }
 
   /// Reduces one value across workers (tf.distribute.Strategy.reduce on a per-replica scalar):
   /// a float64 all-reduce of one element, so every worker returns the same value. Collective and
@@ -323,9 +328,16 @@ class MWMS_API MultiWorkerMirroredStrategy {
   /// Seconds of gradient all-reduce so far (wall clock): the time inside all_reduce_gradients,
   /// plus, per overlapped step, the time from its first bucket's start until
   /// finish_gradient_sync() returned (an upper bound of the communication time).
-  double allreduce_seconds() const noexcept;
+  double all_reduce_seconds() const noexcept;
   /// Bytes all-reduced by all_reduce_gradients so far.
-  std::size_t allreduce_bytes() const noexcept;
+  std::size_t all_reduce_bytes() const noexcept;
+  /// Deprecated spellings of all_reduce_seconds() / all_reduce_bytes() (kept for one release).
+  [[deprecated("use all_reduce_seconds()")]] double allreduce_seconds() const noexcept {
+    return all_reduce_seconds();
+  }
+  [[deprecated("use all_reduce_bytes()")]] std::size_t allreduce_bytes() const noexcept {
+    return all_reduce_bytes();
+  }
 
  private:
   friend struct ReplicaContext;

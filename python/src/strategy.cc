@@ -135,10 +135,32 @@ void bind_strategy(nb::module_& m) {
       .def_prop_ro("timeout_seconds",
                    [](PyStrategy& s) { return s.get().options().timeout_seconds; },
                    "Deadline in effect for every collective, in seconds.")
-      .def_prop_ro("allreduce_seconds", [](PyStrategy& s) { return s.get().allreduce_seconds(); },
+      .def_prop_ro("all_reduce_seconds",
+                   [](PyStrategy& s) { return s.get().all_reduce_seconds(); },
                    "Seconds spent in all_reduce_gradients so far (wall clock).")
-      .def_prop_ro("allreduce_bytes", [](PyStrategy& s) { return s.get().allreduce_bytes(); },
-                   "Bytes all-reduced by all_reduce_gradients so far.");
+      .def_prop_ro("all_reduce_bytes", [](PyStrategy& s) { return s.get().all_reduce_bytes(); },
+                   "Bytes all-reduced by all_reduce_gradients so far.")
+      // The old spellings ("allreduce"): kept for one release, with a DeprecationWarning.
+      .def_prop_ro(
+          "allreduce_seconds",
+          [](PyStrategy& s) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                             "allreduce_seconds is deprecated: use all_reduce_seconds", 1) != 0) {
+              throw nb::python_error();
+            }
+            return s.get().all_reduce_seconds();
+          },
+          "Deprecated spelling of all_reduce_seconds.")
+      .def_prop_ro(
+          "allreduce_bytes",
+          [](PyStrategy& s) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                             "allreduce_bytes is deprecated: use all_reduce_bytes", 1) != 0) {
+              throw nb::python_error();
+            }
+            return s.get().all_reduce_bytes();
+          },
+          "Deprecated spelling of all_reduce_bytes.");
   cls.def(
       "batch_shard",
       [](PyStrategy& s, std::size_t global_batch_size) {

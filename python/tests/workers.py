@@ -280,7 +280,7 @@ def strategy() -> None:
     assert (m[0] == 1).all()
     assert s.reduce("sum", r + 1.5) == 4.0
     assert s.reduce(mwms.ReduceOp.MAX, float(r)) == 1.0
-    assert s.allreduce_bytes == 4 * 3000 + 4 * 7 + 8 * 4 + 8 * 3 + 4 * 8
+    assert s.all_reduce_bytes == 4 * 3000 + 4 * 7 + 8 * 4 + 8 * 3 + 4 * 8
     try:
         s.all_reduce_gradients([np.ones(3, dtype=np.float32), np.ones(4)[::2]])
         raise AssertionError("a non-contiguous gradient was accepted")

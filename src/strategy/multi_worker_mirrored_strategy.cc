@@ -63,10 +63,10 @@ MultiWorkerMirroredStrategy& strategy::bound_strategy(MultiWorkerMirroredStrateg
 
 void MultiWorkerMirroredStrategy::Impl::record_blocking(
     const std::vector<TensorRef>& tensors, std::chrono::steady_clock::time_point start) noexcept {
-  for (const TensorRef& g : tensors) allreduce_bytes += g.count * dtype_size(g.dtype);
+  for (const TensorRef& g : tensors) all_reduce_bytes += g.count * dtype_size(g.dtype);
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  allreduce_seconds += took;
+  all_reduce_seconds += took;
   exposed_seconds += took;  // blocking: nothing hides it
 }
 
@@ -300,7 +300,7 @@ void MultiWorkerMirroredStrategy::all_reduce_gradients(const std::vector<TensorR
   impl_->record_blocking(gradients, start);
 }
 
-double MultiWorkerMirroredStrategy::exposed_allreduce_seconds() const noexcept {
+double MultiWorkerMirroredStrategy::exposed_all_reduce_seconds() const noexcept {
   return impl_->exposed_seconds;
 }
 
@@ -331,11 +331,11 @@ void MultiWorkerMirroredStrategy::finalize() {
   impl_->comm->finalize();
 }
 
-double MultiWorkerMirroredStrategy::allreduce_seconds() const noexcept {
-  return impl_->allreduce_seconds;
+double MultiWorkerMirroredStrategy::all_reduce_seconds() const noexcept {
+  return impl_->all_reduce_seconds;
 }
-std::size_t MultiWorkerMirroredStrategy::allreduce_bytes() const noexcept {
-  return impl_->allreduce_bytes;
+std::size_t MultiWorkerMirroredStrategy::all_reduce_bytes() const noexcept {
+  return impl_->all_reduce_bytes;
 }
 
 }  // namespace mwms

@@ -159,9 +159,9 @@ void MultiWorkerMirroredStrategy::finish_gradient_sync() {
   const auto end = std::chrono::steady_clock::now();
   m.exposed_seconds += std::chrono::duration<double>(end - wait_start).count();
   if (m.launched_any) {
-    m.allreduce_seconds += std::chrono::duration<double>(end - m.first_launch).count();
+    m.all_reduce_seconds += std::chrono::duration<double>(end - m.first_launch).count();
   }
-  for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+  for (const TensorRef& g : m.sync_tensors) m.all_reduce_bytes += g.count * dtype_size(g.dtype);
   for (SyncBucket& b : m.buckets) b.work.reset();
   m.sync_active = false;
   if (error) std::rethrow_exception(error);

@@ -173,9 +173,9 @@ void MultiWorkerMirroredStrategy::replica_finish_sync(const ReplicaContext& ctx)
     // Replica 0's whole finish is exposed (waiting for its siblings included, as in
     // ReplicaContext::all_reduce); the communication spans from the first bucket's start.
     const auto from = m.launched_any ? std::min(m.first_launch, start) : start;
-    m.allreduce_seconds += std::chrono::duration<double>(end - from).count();
+    m.all_reduce_seconds += std::chrono::duration<double>(end - from).count();
     m.exposed_seconds += std::chrono::duration<double>(end - start).count();
-    for (const TensorRef& g : m.sync_tensors) m.allreduce_bytes += g.count * dtype_size(g.dtype);
+    for (const TensorRef& g : m.sync_tensors) m.all_reduce_bytes += g.count * dtype_size(g.dtype);
     {
       std::lock_guard<std::mutex> lock(m.replica_mu);
       for (SyncBucket& b : m.buckets) b.work.reset();

@@ -45,9 +45,9 @@ struct MultiWorkerMirroredStrategy::Impl {
   CommunicationOptions options;
   std::unique_ptr<Communicator> comm;
   std::vector<char> pack;  // bucket staging, grown once to bytes_per_pack
-  double allreduce_seconds = 0;
+  double all_reduce_seconds = 0;
   double exposed_seconds = 0;
-  std::size_t allreduce_bytes = 0;
+  std::size_t all_reduce_bytes = 0;
 
   // Overlapped step (Note [overlapped buckets]).
   bool sync_active = false;

@@ -445,7 +445,7 @@ TEST_CASE("overlapped gradient sync gives the blocking result whatever the ready
       }
       strategy.finish_gradient_sync();
       if (!threw || one[0] != static_cast<float>(n)) throw std::runtime_error("misuse not reported");
-      report("exposed " + std::to_string(strategy.exposed_allreduce_seconds()));
+      report("exposed " + std::to_string(strategy.exposed_all_reduce_seconds()));
     });
     INFO("world size " << n << "\n" << mwms::testing::describe(results));
     for (const auto& r : results) REQUIRE(r.exit_code == 0);

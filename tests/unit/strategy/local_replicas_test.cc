@@ -288,7 +288,7 @@ TEST_CASE("local replicas: the overlapped step reduces each bucket in replica or
           expect("big", big[r].data(), 5000, 4, 0);
         }
       }
-      CHECK(strategy.allreduce_bytes() == 3 * 7500 * sizeof(float));
+      CHECK(strategy.all_reduce_bytes() == 3 * 7500 * sizeof(float));
     }
   }
 }
