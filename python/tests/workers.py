@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -281,6 +282,10 @@ def strategy() -> None:
     assert s.reduce("sum", r + 1.5) == 4.0
     assert s.reduce(mwms.ReduceOp.MAX, float(r)) == 1.0
     assert s.all_reduce_bytes == 4 * 3000 + 4 * 7 + 8 * 4 + 8 * 3 + 4 * 8
+    with warnings.catch_warnings(record=True) as caught:  # the old spelling still reads, warns
+        warnings.simplefilter("always")
+        assert s.allreduce_bytes == s.all_reduce_bytes
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
     try:
         s.all_reduce_gradients([np.ones(3, dtype=np.float32), np.ones(4)[::2]])
         raise AssertionError("a non-contiguous gradient was accepted")
