@@ -331,10 +331,11 @@ class MWMS_API MultiWorkerMirroredStrategy {
   double all_reduce_seconds() const noexcept;
   /// Bytes all-reduced by all_reduce_gradients so far.
   std::size_t all_reduce_bytes() const noexcept;
-  /// Deprecated spellings of all_reduce_seconds() / all_reduce_bytes() (kept for one release).
+  /// Deprecated spelling of all_reduce_seconds() (kept for one release; same value).
   [[deprecated("use all_reduce_seconds()")]] double allreduce_seconds() const noexcept {
     return all_reduce_seconds();
   }
+  /// Deprecated spelling of all_reduce_bytes() (kept for one release; same value).
   [[deprecated("use all_reduce_bytes()")]] std::size_t allreduce_bytes() const noexcept {
     return all_reduce_bytes();
   }
