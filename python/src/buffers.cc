@@ -52,8 +52,39 @@ bool to_data_type(nb::dlpack::dtype dt, DataType* out) {
   return false;
 }
 
+constexpr bool kLittleEndianHost = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
+// Note [python byte order]: libmwms reduces native-order values only. NumPy's __dlpack__ refuses
+// a byte-swapped array and nanobind refuses a buffer format with a foreign byte-order prefix,
+// so such an argument fails the import; this names why (a byte-swapped copy would be silent and
+// would not be reduced in place). Checked only after the import failed, and before the bfloat16
+// fallback below, whose uint16 view would otherwise reduce swapped bytes as native ones. Sets
+// `*what` to the dtype or buffer format for the message.
+bool non_native_byte_order(nb::handle obj, std::string* what) {
+  if (nb::hasattr(obj, "dtype")) {
+    nb::object dtype = obj.attr("dtype");
+    if (!nb::hasattr(dtype, "isnative") || nb::cast<bool>(dtype.attr("isnative"))) return false;
+    // NumPy's str() of a swapped ml_dtypes.bfloat16 is '>V2'; byteorder + name reads better.
+    *what = "dtype " + std::string(nb::str(dtype.attr("name")).c_str()) + " ('" +
+            nb::str(dtype.attr("byteorder")).c_str() + "')";
+    return true;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) return false;
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  const char order = view.format != nullptr ? view.format[0] : '@';
+  const bool foreign = kLittleEndianHost ? (order == '>' || order == '!') : order == '<';
+  if (foreign) *what = std::string("buffer format '") + view.format + "'";
+  PyBuffer_Release(&view);
+  return foreign;
+}
+
 // NumPy exports neither DLPack nor a buffer format for ml_dtypes' bfloat16, so such an array is
-// imported through a uint16 view of the same memory (a view: no copy, same writability).
+// imported through a uint16 view of the same memory (a view: no copy, same writability). Only a
+// native-order one gets here (Note [python byte order]).
 bool is_ml_dtypes_bfloat16(nb::handle obj) {
   if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view")) return false;
   nb::object dtype = obj.attr("dtype");
@@ -166,6 +197,12 @@ Buffer import_buffer(nb::handle obj, const char* name, bool writable) {
   bool bfloat16_view = false;
   if (!import_array(obj, b, &read_only)) {
     // Checked only here, off the common path: numpy computes dtype.name in Python.
+    std::string order;
+    if (non_native_byte_order(obj, &order)) {
+      throw nb::type_error((arg + " has " + order + " in non-native byte order; libmwms reduces "
+                            "native-order " + kSupported + " in place and never copies (pass "
+                            "a.astype(a.dtype.newbyteorder('=')), and use its result)").c_str());
+    }
     if (!is_ml_dtypes_bfloat16(obj) ||
         !import_array(obj.attr("view")(nb::str("uint16")), b, &read_only)) {
       throw nb::type_error((arg + " must be an array exporting DLPack or the buffer protocol "
