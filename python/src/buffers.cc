@@ -125,7 +125,10 @@ bool import_array(nb::handle obj, Buffer& b, bool* read_only) {
 // instead: data, dimensions, flags and descr are numpy's public C ABI (PyArrayObject_fields,
 // the fields behind PyArray_DATA, PyArray_DIMS, PyArray_FLAGS and PyArray_DESCR, laid out the
 // same in numpy 1 and 2), read here without numpy's headers. Only the descr's identity is used:
-// each dtype seen is kept referenced, so its address is never reused by another. An array the
+// each dtype in the table is kept referenced, so its address is never reused by another while
+// it is there. The table is small and full ones evict round-robin: equal dtype objects are not
+// rare (every unpickled array, every np.dtype(..., metadata=...) has a fresh one), and a table
+// kept for good by the first 16 left every later dtype on the full import. An array the
 // fast path does not accept (another type, a new dtype, not C-contiguous, read-only when
 // written) takes the full import, which says why it is refused. The Buffer then holds the array
 // itself, which keeps its memory alive (numpy refuses to resize an array that others reference).
@@ -143,12 +146,13 @@ constexpr int kNpyCContiguous = 0x0001;  // NPY_ARRAY_C_CONTIGUOUS
 constexpr int kNpyWriteable = 0x0400;    // NPY_ARRAY_WRITEABLE
 
 struct KnownDescr {
-  PyObject* descr;  // a strong reference, never released
+  PyObject* descr;  // a strong reference, released when evicted
   DataType dtype;
 };
 PyTypeObject* g_ndarray_type = nullptr;  // numpy.ndarray once seen (a strong reference)
 KnownDescr g_known[16];
 int g_num_known = 0;
+int g_next_evicted = 0;  // the slot a full table replaces next
 
 bool numpy_fast_path(nb::handle obj, bool writable, Buffer* b) {
   if (Py_TYPE(obj.ptr()) != g_ndarray_type || g_ndarray_type == nullptr) return false;
@@ -182,9 +186,18 @@ void remember_numpy_dtype(nb::handle obj, DataType dtype) {
   for (int i = 0; i < g_num_known; ++i) {
     if (g_known[i].descr == descr) return;
   }
-  if (descr == nullptr || g_num_known == static_cast<int>(std::size(g_known))) return;
+  if (descr == nullptr) return;
   Py_INCREF(descr);
-  g_known[g_num_known++] = KnownDescr{descr, dtype};
+  if (g_num_known < static_cast<int>(std::size(g_known))) {
+    g_known[g_num_known++] = KnownDescr{descr, dtype};
+    return;
+  }
+  KnownDescr& slot = g_known[g_next_evicted];
+  g_next_evicted = (g_next_evicted + 1) % static_cast<int>(std::size(g_known));
+  PyObject* evicted = slot.descr;
+  slot = KnownDescr{descr, dtype};
+  // Last: the dtype's deallocation may run Python code (its metadata's), which may call in here.
+  Py_DECREF(evicted);
 }
 
 }  // namespace

@@ -1063,7 +1063,6 @@ def test_ctrl_c_right_after_signal_signal():
     assert all(r["latency"] is not None and r["latency"] < 1.0 for r in recs), recs
 
 
-@pytest.mark.xfail(strict=True, reason='the 16-slot descr table keeps its first 16 dtype objects for good: 16 unpickled float32 arrays (a fresh equal descr each) fill it and every later dtype (float64 here) takes the full import, ~2x slower per call')
 def test_descr_table_does_not_fill_up_for_good():
     """16 unpickled float32 arrays (a fresh equal descr each) no longer fill the fast path's
     table for good: a float64 array seen after them, and one of them reduced again and again,
