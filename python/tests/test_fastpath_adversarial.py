@@ -1043,7 +1043,6 @@ def test_interrupt_in_work_wait_and_in_construction():
     assert lat is not None and lat < 0.5, lat
 
 
-@pytest.mark.xfail(strict=True, reason="a SIGINT handled (and caught) while no call ran leaves its byte in the watcher's pipe; the watcher reads it during the NEXT call and aborts that one (interrupt.cc on_sigint writes with no call armed)")
 def test_handled_sigint_does_not_abort_the_next_call():
     """A SIGINT handled while no call ran (its KeyboardInterrupt caught) does not abort the next
     call (Note [sigint generation]; it did, on one busy core, within a few iterations)."""
