@@ -52,8 +52,39 @@ bool to_data_type(nb::dlpack::dtype dt, DataType* out) {
   return false;
 }
 
+constexpr bool kLittleEndianHost = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
+// Note [python byte order]: libmwms reduces native-order values only. NumPy's __dlpack__ refuses
+// a byte-swapped array and nanobind refuses a buffer format with a foreign byte-order prefix,
+// so such an argument fails the import; this names why (a byte-swapped copy would be silent and
+// would not be reduced in place). Checked only after the import failed, and before the bfloat16
+// fallback below, whose uint16 view would otherwise reduce swapped bytes as native ones. Sets
+// `*what` to the dtype or buffer format for the message.
+bool non_native_byte_order(nb::handle obj, std::string* what) {
+  if (nb::hasattr(obj, "dtype")) {
+    nb::object dtype = obj.attr("dtype");
+    if (!nb::hasattr(dtype, "isnative") || nb::cast<bool>(dtype.attr("isnative"))) return false;
+    // NumPy's str() of a swapped ml_dtypes.bfloat16 is '>V2'; byteorder + name reads better.
+    *what = "dtype " + std::string(nb::str(dtype.attr("name")).c_str()) + " ('" +
+            nb::str(dtype.attr("byteorder")).c_str() + "')";
+    return true;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) return false;
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  const char order = view.format != nullptr ? view.format[0] : '@';
+  const bool foreign = kLittleEndianHost ? (order == '>' || order == '!') : order == '<';
+  if (foreign) *what = std::string("buffer format '") + view.format + "'";
+  PyBuffer_Release(&view);
+  return foreign;
+}
+
 // NumPy exports neither DLPack nor a buffer format for ml_dtypes' bfloat16, so such an array is
-// imported through a uint16 view of the same memory (a view: no copy, same writability).
+// imported through a uint16 view of the same memory (a view: no copy, same writability). Only a
+// native-order one gets here (Note [python byte order]).
 bool is_ml_dtypes_bfloat16(nb::handle obj) {
   if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view")) return false;
   nb::object dtype = obj.attr("dtype");
@@ -94,7 +125,10 @@ bool import_array(nb::handle obj, Buffer& b, bool* read_only) {
 // instead: data, dimensions, flags and descr are numpy's public C ABI (PyArrayObject_fields,
 // the fields behind PyArray_DATA, PyArray_DIMS, PyArray_FLAGS and PyArray_DESCR, laid out the
 // same in numpy 1 and 2), read here without numpy's headers. Only the descr's identity is used:
-// each dtype seen is kept referenced, so its address is never reused by another. An array the
+// each dtype in the table is kept referenced, so its address is never reused by another while
+// it is there. The table is small and full ones evict round-robin: equal dtype objects are not
+// rare (every unpickled array, every np.dtype(..., metadata=...) has a fresh one), and a table
+// kept for good by the first 16 left every later dtype on the full import. An array the
 // fast path does not accept (another type, a new dtype, not C-contiguous, read-only when
 // written) takes the full import, which says why it is refused. The Buffer then holds the array
 // itself, which keeps its memory alive (numpy refuses to resize an array that others reference).
@@ -112,12 +146,13 @@ constexpr int kNpyCContiguous = 0x0001;  // NPY_ARRAY_C_CONTIGUOUS
 constexpr int kNpyWriteable = 0x0400;    // NPY_ARRAY_WRITEABLE
 
 struct KnownDescr {
-  PyObject* descr;  // a strong reference, never released
+  PyObject* descr;  // a strong reference, released when evicted
   DataType dtype;
 };
 PyTypeObject* g_ndarray_type = nullptr;  // numpy.ndarray once seen (a strong reference)
 KnownDescr g_known[16];
 int g_num_known = 0;
+int g_next_evicted = 0;  // the slot a full table replaces next
 
 bool numpy_fast_path(nb::handle obj, bool writable, Buffer* b) {
   if (Py_TYPE(obj.ptr()) != g_ndarray_type || g_ndarray_type == nullptr) return false;
@@ -151,9 +186,18 @@ void remember_numpy_dtype(nb::handle obj, DataType dtype) {
   for (int i = 0; i < g_num_known; ++i) {
     if (g_known[i].descr == descr) return;
   }
-  if (descr == nullptr || g_num_known == static_cast<int>(std::size(g_known))) return;
+  if (descr == nullptr) return;
   Py_INCREF(descr);
-  g_known[g_num_known++] = KnownDescr{descr, dtype};
+  if (g_num_known < static_cast<int>(std::size(g_known))) {
+    g_known[g_num_known++] = KnownDescr{descr, dtype};
+    return;
+  }
+  KnownDescr& slot = g_known[g_next_evicted];
+  g_next_evicted = (g_next_evicted + 1) % static_cast<int>(std::size(g_known));
+  PyObject* evicted = slot.descr;
+  slot = KnownDescr{descr, dtype};
+  // Last: the dtype's deallocation may run Python code (its metadata's), which may call in here.
+  Py_DECREF(evicted);
 }
 
 }  // namespace
@@ -166,6 +210,12 @@ Buffer import_buffer(nb::handle obj, const char* name, bool writable) {
   bool bfloat16_view = false;
   if (!import_array(obj, b, &read_only)) {
     // Checked only here, off the common path: numpy computes dtype.name in Python.
+    std::string order;
+    if (non_native_byte_order(obj, &order)) {
+      throw nb::type_error((arg + " has " + order + " in non-native byte order; libmwms reduces "
+                            "native-order " + kSupported + " in place and never copies (pass "
+                            "a.astype(a.dtype.newbyteorder('=')), and use its result)").c_str());
+    }
     if (!is_ml_dtypes_bfloat16(obj) ||
         !import_array(obj.attr("view")(nb::str("uint16")), b, &read_only)) {
       throw nb::type_error((arg + " must be an array exporting DLPack or the buffer protocol "

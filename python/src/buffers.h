@@ -28,8 +28,9 @@ struct Buffer {
 /// float32, float64, float16, bfloat16 (DLPack's bfloat, or an ml_dtypes.bfloat16 NumPy array),
 /// int32, int64. With `writable`, a read-only buffer is refused. Never copies. A NumPy array of
 /// a dtype imported before takes the fast path of Note [python numpy fast path]. Under the GIL.
-/// @throws nb::type_error (not an array, or an unsupported dtype), InvalidArgument (read-only,
-///   not C-contiguous, not in host memory); both name the argument.
+/// @throws nb::type_error (not an array, an unsupported dtype, or a non-native byte order: Note
+///   [python byte order]), InvalidArgument (read-only, not C-contiguous, not in host memory);
+///   both name the argument.
 Buffer import_buffer(nb::handle obj, const char* name, bool writable);
 
 /// "float32[10]" for messages.

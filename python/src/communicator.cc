@@ -223,7 +223,11 @@ void bind_communicator(nb::module_& m) {
                      "Handle of an asynchronous collective (c10d's Work), returned by the "
                      "``*_async`` methods. Dropping it does not cancel the collective; its "
                      "buffers stay referenced by the communicator until it has completed, and "
-                     "must not be touched meanwhile.")
+                     "must not be touched meanwhile. The reference keeps their memory alive "
+                     "against everything that checks references, but not against NumPy's "
+                     "``a.resize(..., refcheck=False)`` and ``a.__setstate__(...)``, which free "
+                     "an array's memory unchecked: the collective would then read and write "
+                     "freed memory (a crash or corrupted data). Wait first, or reduce a copy.")
       .def("test", &PyWork::test,
            "True once the collective has completed on this rank, successfully or not. Never "
            "blocks, never raises.")
@@ -294,26 +298,30 @@ void bind_communicator(nb::module_& m) {
       ":raises TimeoutError, PeerError, CollectiveMismatchError: the collective failed (the "
       "communicator is then poisoned).\n:raises InvalidUsage: poisoned, aborted or finalized.",
       "all_reduce() without waiting: returns a :class:`Work`. Argument errors are raised at "
-      "once, the collective's own from Work.wait().",
+      "once, the collective's own from Work.wait(). Until it completed, ``tensor`` must not be "
+      "touched; never ``resize(refcheck=False)`` or ``__setstate__`` it (see :class:`Work`).",
       nb::arg("tensor"), nb::arg("op") = "sum");
   def_collective(
       cls, "reduce_scatter", &reduce_scatter_call,
       "Reduce-scatter (NCCL semantics): ``send`` holds world_size x recv.size elements; rank r "
       "receives into ``recv`` the reduction of block r. Same dtype for both. Raises as "
       "all_reduce, and InvalidArgument when the sizes do not match.",
-      "reduce_scatter() without waiting: returns a :class:`Work`.", nb::arg("send"),
+      "reduce_scatter() without waiting: returns a :class:`Work`; its buffers must not be "
+      "touched until it completed (see :class:`Work`).", nb::arg("send"),
       nb::arg("recv"), nb::arg("op") = "sum");
   def_collective(
       cls, "all_gather", &all_gather_call,
       "All-gather (NCCL semantics): ``recv`` (world_size x send.size elements) receives every "
       "rank's ``send``, rank r's at offset r x send.size. Raises as reduce_scatter.",
-      "all_gather() without waiting: returns a :class:`Work`.", nb::arg("send"),
+      "all_gather() without waiting: returns a :class:`Work`; its buffers must not be "
+      "touched until it completed (see :class:`Work`).", nb::arg("send"),
       nb::arg("recv"));
   def_collective(
       cls, "broadcast", &broadcast_call,
       "Overwrites ``tensor`` on every rank with rank ``root``'s. Raises as all_reduce, and "
       "InvalidArgument for a root outside [0, world_size).",
-      "broadcast() without waiting: returns a :class:`Work`.", nb::arg("tensor"),
+      "broadcast() without waiting: returns a :class:`Work`; its buffers must not be "
+      "touched until it completed (see :class:`Work`).", nb::arg("tensor"),
       nb::arg("root") = 0);
   def_collective(cls, "barrier", &barrier_call,
                  "Returns once every rank has entered the barrier. Raises as all_reduce.",

@@ -29,11 +29,27 @@ struct Watcher {
   std::mutex mutex;               // guards the fields below against the armed call's end
   Communicator* comm = nullptr;   // the communicator of the armed call, if any
   const char* op = "";
+  std::uint64_t generation = 0;   // the armed call's, Note [sigint generation]
   bool aborted = false;           // the watcher aborted the armed call
   bool verified = false;          // on_sigint was checked in front during the armed call
 };
 
 std::atomic<Watcher*> g_watcher{nullptr};  // lock-free: read by the signal handler
+
+// Note [sigint generation]: every armed call gets a generation of its own, published here from
+// its start to its end (0: no call armed). on_sigint writes the generation it saw, none when no
+// call is armed, and the watcher acts on a SIGINT only if it was sent during the call armed now:
+// the watcher may read the pipe long after the write (both ranks on one busy core), and a SIGINT
+// that came while no call ran, or in an earlier call, was Python's to handle (the program may
+// well have caught its KeyboardInterrupt and gone on); it must not abort the next call. A
+// SIGINT just before a call is armed is not lost: on_sigint reads the generation after Python's
+// handler marked the signal pending, and the call, once armed (a sequentially consistent store),
+// runs Python's handlers if one is pending (InterruptScope::raise_if_signalled), so every SIGINT
+// is seen by one of the two.
+std::atomic<std::uint64_t> g_armed_generation{0};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "on_sigint reads g_armed_generation: it must be async-signal-safe");
+std::uint64_t g_last_generation = 0;  // the main thread's, which alone arms calls
 struct sigaction g_chained;  // Python's SIGINT action, called by ours
 std::mutex g_chain_mutex;    // chain_sigint() runs on the main thread and on the watcher's
 
@@ -50,20 +66,21 @@ std::int64_t monotonic_ns() {
 
 bool chain_sigint();
 
-// Async-signal-safe: a byte to the watcher, then Python's own handler (which records the signal
-// for the main thread's next check and writes Python's wakeup fd).
+// Async-signal-safe: Python's own handler (which records the signal for the main thread's next
+// check and writes Python's wakeup fd), then the armed call's generation to the watcher (one
+// 8-byte write, atomic on a pipe; nothing when no call is armed: Note [sigint generation]).
 void on_sigint(int signo, siginfo_t* info, void* context) {
-  const int saved_errno = errno;
-  if (Watcher* w = g_watcher.load(std::memory_order_acquire)) {
-    const unsigned char byte = static_cast<unsigned char>(signo);
-    (void)!::write(w->write_fd, &byte, 1);
-  }
-  errno = saved_errno;
   if (g_chained.sa_flags & SA_SIGINFO) {
     g_chained.sa_sigaction(signo, info, context);
   } else if (g_chained.sa_handler != SIG_DFL && g_chained.sa_handler != SIG_IGN) {
     g_chained.sa_handler(signo);
   }
+  const int saved_errno = errno;
+  // After Python's handler: a call armed too late to be seen here sees that handler's mark.
+  const std::uint64_t generation = g_armed_generation.load(std::memory_order_seq_cst);
+  Watcher* w = g_watcher.load(std::memory_order_acquire);
+  if (w != nullptr && generation != 0) (void)!::write(w->write_fd, &generation, sizeof generation);
+  errno = saved_errno;
 }
 
 // SIGINT's Python handler is the default one (it raises KeyboardInterrupt). With the GIL.
@@ -85,8 +102,20 @@ void recheck_armed_call(Watcher* w) {
   chain_sigint();
 }
 
+// The newest generation in what the pipe holds that is the armed call's, 0 if none: the rest is
+// stale and dropped (Note [sigint generation]). Every write is 8 bytes and atomic, so reads of
+// a multiple of 8 bytes return whole generations.
+std::uint64_t armed_generation_sent(Watcher* w, const std::uint64_t* sent, std::size_t count) {
+  std::lock_guard<std::mutex> lock(w->mutex);
+  if (w->comm == nullptr || w->aborted) return 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sent[i] == w->generation) return sent[i];
+  }
+  return 0;
+}
+
 void watch(Watcher* w) {
-  unsigned char bytes[64];
+  std::uint64_t sent[8];
   for (;;) {
     pollfd p{w->read_fd, POLLIN, 0};
     const int ready = ::poll(&p, 1, kWatcherRecheckMs);
@@ -96,13 +125,12 @@ void watch(Watcher* w) {
       recheck_armed_call(w);
       continue;
     }
-    const ssize_t n = ::read(w->read_fd, bytes, sizeof bytes);
+    const ssize_t n = ::read(w->read_fd, sent, sizeof sent);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
-    {
-      std::lock_guard<std::mutex> lock(w->mutex);
-      if (w->comm == nullptr || w->aborted) continue;
-    }
+    const std::uint64_t generation =
+        armed_generation_sent(w, sent, static_cast<std::size_t>(n) / sizeof sent[0]);
+    if (generation == 0) continue;
     // The GIL before the mutex, never the other way round: the armed call's end takes the
     // mutex while it holds the GIL.
     bool raises;
@@ -116,7 +144,7 @@ void watch(Watcher* w) {
     }
     if (!raises) continue;  // a handler of the program's own runs when the call returns
     std::lock_guard<std::mutex> lock(w->mutex);
-    if (w->comm != nullptr && !w->aborted) {
+    if (w->comm != nullptr && !w->aborted && w->generation == generation) {
       w->aborted = true;
       w->comm->abort(std::string("interrupted (KeyboardInterrupt) in ") + w->op + " on rank " +
                      std::to_string(w->comm->rank()));
@@ -189,11 +217,14 @@ InterruptScope::InterruptScope(Communicator& comm, const char* op) {
   const bool checked = monotonic_ns() - g_chain_checked_ns.load(std::memory_order_relaxed) <
                        kChainRecheckNs;
   if (!checked) chain_sigint();
+  const std::uint64_t generation = ++g_last_generation;
   std::lock_guard<std::mutex> lock(w->mutex);
   w->comm = &comm;
   w->op = op;
+  w->generation = generation;
   w->aborted = false;
   w->verified = !checked;
+  g_armed_generation.store(generation, std::memory_order_seq_cst);
   armed_ = true;
 }
 
@@ -201,7 +232,14 @@ InterruptScope::~InterruptScope() {
   if (!armed_) return;
   Watcher* w = watcher();
   std::lock_guard<std::mutex> lock(w->mutex);  // waits for an abort() in progress
+  g_armed_generation.store(0, std::memory_order_release);
   w->comm = nullptr;
+}
+
+
+void InterruptScope::raise_if_signalled() {
+  // Cheap when nothing is pending (one atomic load in CPython).
+  if (armed_ && PyErr_CheckSignals() != 0) throw nb::python_error();
 }
 
 void InterruptScope::raise_if_interrupted() {
