@@ -28,6 +28,8 @@ void copy_streaming(void* dst, const void* src, std::size_t n) noexcept {
   s += head;
   n -= head;
   const std::size_t lines = n / 64;
+  // Only dst was aligned: src keeps whatever offset it had, hence unaligned loads. Four 16-byte
+  // stores fill one line, so the write-combining buffer goes out whole, without a read.
   for (std::size_t i = 0; i < lines; ++i, d += 64, s += 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
@@ -38,11 +40,11 @@ void copy_streaming(void* dst, const void* src, std::size_t n) noexcept {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
   }
-  std::memcpy(d, s, n % 64);
+  std::memcpy(d, s, n % 64);  // a partial line: a cached store, as for the head
   // The streamed lines are weakly ordered: visible before any later store (a completion flag).
   _mm_sfence();
 #else
-  std::memcpy(dst, src, n);
+  std::memcpy(dst, src, n);  // no portable non-temporal store: correct, only not streaming
 #endif
 }
 
@@ -53,6 +55,7 @@ namespace {
 std::size_t last_level_cache_bytes() {
   std::size_t best = 0;
   int best_level = 0;
+  // x86 CPUs list about 4 indices (L1d, L1i, L2, L3); 16 only bounds the scan (gaps skipped).
   for (int i = 0; i < 16; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
     std::ifstream level_file(dir + "level"), size_file(dir + "size"), type_file(dir + "type");
@@ -60,9 +63,12 @@ std::size_t last_level_cache_bytes() {
     std::string size, type;
     if (!(level_file >> level) || !(size_file >> size)) continue;
     type_file >> type;
+    // The copy's lines land in a data or unified cache; the highest such level is the one a
+    // result larger than itself spills out of.
     if (type == "Instruction" || level < best_level) continue;
     char* end = nullptr;
     const unsigned long long v = std::strtoull(size.c_str(), &end, 10);
+    // sysfs writes sizes with a unit suffix ("48K", "32768K").
     const std::size_t scale = (*end == 'K') ? 1024 : (*end == 'M') ? (1u << 20) : 1;
     if (v == 0 || v > (1ull << 40) / scale) continue;  // bounded: a size file we cannot read
     best = static_cast<std::size_t>(v) * scale;
@@ -74,6 +80,8 @@ std::size_t last_level_cache_bytes() {
 }  // namespace
 
 std::size_t streaming_copy_min_bytes() noexcept {
+  // Read once: the scan opens sysfs files, and the engine asks once per collective. The value is
+  // a rank-local choice (copy.h): no peer needs to see the same one.
   static const std::size_t bytes = [] {
     long long set = -1;
     try {
@@ -81,11 +89,11 @@ std::size_t streaming_copy_min_bytes() noexcept {
     } catch (...) {  // a bad value: the error is reported where the environment is checked
       set = -1;
     }
-    if (set >= 0) return static_cast<std::size_t>(set);
+    if (set >= 0) return static_cast<std::size_t>(set);  // 0: the caller's "never stream"
     std::size_t cache = 0;
     try {
       cache = last_level_cache_bytes();
-    } catch (...) {
+    } catch (...) {  // noexcept: an unreadable sysfs (a container) only loses the tuning
       cache = 0;
     }
     return cache > 0 ? cache : std::size_t{32} << 20;

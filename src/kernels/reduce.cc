@@ -16,6 +16,7 @@ namespace detail {
 
 namespace {
 
+// No intrinsics in the baseline: 16-bit types go through float32 blocks (Note [half blocks]).
 struct BaselineIsa {
   using Float16 = Blocked16<HalfCodec>;
   using BFloat16 = Blocked16<BFloat16Codec>;
@@ -63,7 +64,8 @@ KernelIsa best_isa() noexcept {
   return best;
 }
 
-// The KernelIsa set by force_kernel_isa(), or -1 for none (run the best available).
+// The KernelIsa set by force_kernel_isa(), or -1 for none (run the best available). Relaxed
+// loads and stores suffice: it publishes no other data, and every variant gives the same bits.
 std::atomic<int> g_forced_isa{-1};
 
 }  // namespace
@@ -114,6 +116,7 @@ void reduce(void* dst, const void* src, std::size_t count, DataType dtype, Reduc
   switch (detail::active_kernel_isa()) {
     case detail::KernelIsa::kAvx512: detail::reduce_avx512(dst, src, count, dtype, op); return;
     case detail::KernelIsa::kAvx2: detail::reduce_avx2(dst, src, count, dtype, op); return;
+    // Falls through to the baseline below: the one path every architecture compiles.
     case detail::KernelIsa::kBaseline: break;
   }
 #endif
@@ -121,6 +124,7 @@ void reduce(void* dst, const void* src, std::size_t count, DataType dtype, Reduc
 }
 
 void scale_divide(void* buffer, std::size_t count, DataType dtype, int divisor) noexcept {
+  // A mean over one rank (world size 1) is the sum itself: skip the pass over the buffer.
   if (count == 0 || divisor == 1) return;
 #if MWMS_KERNELS_X86
   switch (detail::active_kernel_isa()) {
