@@ -35,6 +35,7 @@ const TransportEntry* find_transport(std::string_view name) {
 std::string transport_choices() {
   std::string out = "auto";
   for (const TransportEntry& e : transport_table()) {
+    // Test-only entries ("mem") stay out of the values offered to users.
     if (e.user_selectable) out += std::string("|") + e.name;
   }
   return out;
@@ -42,6 +43,7 @@ std::string transport_choices() {
 
 void check_transport_choice(const std::string& value) {
   const TransportEntry* e = find_transport(value);
+  // Called where MWMS_TRANSPORT is read, so a typo fails before any transport is created.
   if (value != "auto" && (e == nullptr || !e->user_selectable)) {
     throw InvalidArgument("MWMS_TRANSPORT=" + value + " is not one of " + transport_choices());
   }
@@ -52,6 +54,7 @@ ErrorContext ConnectContext::error_context(int peer) const {
   c.rank = rank;
   c.world_size = world_size;
   c.op = "link setup";
+  // task_names may be empty (mpirun jobs, tests): errors then say "rank N".
   auto name = [&](int r) {
     return static_cast<std::size_t>(r) < task_names.size() ? task_names[static_cast<std::size_t>(r)]
                                                          : "rank " + std::to_string(r);
@@ -71,6 +74,9 @@ std::vector<const TransportEntry*> choose_transports(
     int rank, const std::vector<bootstrap::PeerInfo>& peers) {
   const bootstrap::PeerInfo& me = peers[static_cast<std::size_t>(rank)];
   const std::string& mine = me.transport;
+  // Every rank runs this on the same published data and must pick the same entry for each pair;
+  // that holds only if all ranks filter the table alike, so a differing choice fails here, on
+  // every rank, before anything connects.
   for (const bootstrap::PeerInfo& p : peers) {
     if (p.transport != mine) {
       throw BootstrapError("rank " + std::to_string(p.rank) + " (" + p.address +
@@ -81,6 +87,8 @@ std::vector<const TransportEntry*> choose_transports(
     }
   }
   const TransportEntry* forced = mine == "auto" ? nullptr : find_transport(mine);
+  // The factory checked this rank's value when it read it; this guards a direct caller, which
+  // gets an error here instead of a null entry below.
   if (mine != "auto" && forced == nullptr) {
     throw BootstrapError("rank " + std::to_string(rank) + " asks for transport " + mine +
                          ", which is not one of " + transport_choices());
@@ -99,6 +107,8 @@ std::vector<const TransportEntry*> choose_transports(
     if (p.rank == rank) continue;
     const TransportEntry*& pick = chosen[static_cast<std::size_t>(p.rank)];
     if (forced != nullptr) {
+      // A forced transport never falls back: the user asked for it, so a pair it cannot carry is
+      // an error naming the pair, not a silent switch to another transport.
       const std::string why = forced->cannot_connect(me, p);
       if (!why.empty()) {
         throw BootstrapError("transport " + mine + " was asked for (MWMS_TRANSPORT or "
@@ -108,7 +118,7 @@ std::vector<const TransportEntry*> choose_transports(
       pick = forced;
       continue;
     }
-    std::string whys;
+    std::string whys;  // every refusal, so that a pair nothing carries says why for each entry
     for (const TransportEntry* e : candidates) {
       const std::string why = e->cannot_connect(me, p);
       if (why.empty()) {

@@ -24,7 +24,9 @@ void doorbell_wait(Doorbell* bell, std::uint32_t seen, double max_seconds) noexc
   timespec ts;
   ts.tv_sec = static_cast<time_t>(max_seconds);
   ts.tv_nsec = static_cast<long>((max_seconds - static_cast<double>(ts.tv_sec)) * 1e9);
-  // Not FUTEX_PRIVATE: the word may live in memory shared between processes.
+  // Not FUTEX_PRIVATE: the word may live in memory shared between processes. The kernel sleeps
+  // only while seq still equals `seen`, so a ring since the caller read `seen` returns at once.
+  // The result is ignored: a wake, EAGAIN, EINTR and the timeout all mean "poll the rings".
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell->seq), FUTEX_WAIT, seen, &ts,
             nullptr, 0);
 }
@@ -33,6 +35,7 @@ void doorbell_ring(Doorbell* bell) noexcept {
   // Note [doorbell]: the caller's store was seq_cst (an xchg on x86, cheaper than a separate
   // mfence), so this load cannot pass it.
   if (bell->sleepers.load(std::memory_order_relaxed) == 0) return;
+  // Release: a sleeper that reads the new seq also sees the head or tail stored before it.
   bell->seq.fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell->seq), FUTEX_WAKE, INT_MAX,
             nullptr, nullptr, 0);
@@ -50,24 +53,30 @@ void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
 
 bool RingLink::poll_send(SendSlot& slot) {
   if (slot.done) return false;
+  // Relaxed: this rank is the ring's only producer, so head is its own last store.
   std::uint64_t head = tx_.control->head.load(std::memory_order_relaxed);
   // Note [lazy tail]: the consumer's tail lives on a line the consumer writes; read it only when
   // the space seen last time does not suffice for what is to be sent now.
   const std::uint64_t want = (slot.header_sent < kHeader ? kBlock : 0) + (slot.ready - slot.sent) +
                              (slot.ready == slot.bytes ? round_up(slot.bytes) - slot.bytes : 0);
   if (tx_.capacity - (head - tx_seen_tail_) < std::max<std::uint64_t>(want, 1)) {
+    // Acquire, against publish_tail()'s store: the consumer is done reading the bytes it freed
+    // before this rank overwrites them.
     tx_seen_tail_ = tx_.control->tail.load(std::memory_order_acquire);
   }
   std::uint64_t free = tx_.capacity - (head - tx_seen_tail_);
   bool moved = false;
   if (slot.header_sent < kHeader) {
     if (free < kBlock) return false;
+    // Messages start on a block and the capacity is a multiple of 64, so the envelope never
+    // straddles the wrap (Note [ring link layout]).
     std::memcpy(tx_.data + head % tx_.capacity, slot.header, kHeader);
     head += kBlock;
     free -= kBlock;
     slot.header_sent = kHeader;
     moved = true;
   }
+  // At most two rounds: up to the end of the data area, then from its start.
   while (slot.sent < slot.ready && free > 0) {
     std::uint64_t pos = head % tx_.capacity;
     std::size_t n = static_cast<std::size_t>(
@@ -79,6 +88,8 @@ bool RingLink::poll_send(SendSlot& slot) {
     moved = true;
   }
   if (slot.sent == slot.bytes) {
+    // The padding is produced before `done`, so the next envelope starts on a block; the
+    // receiver skips it (rx_next_) without reading it.
     std::uint64_t pad = round_up(slot.bytes) - slot.bytes;
     if (free >= pad) {
       head += pad;
@@ -87,6 +98,8 @@ bool RingLink::poll_send(SendSlot& slot) {
     }
   }
   if (moved) {
+    // One store per poll, after every copy: the consumer's acquire load of head then sees those
+    // bytes, and seq_cst orders it before doorbell_ring()'s load of sleepers (Note [doorbell]).
     tx_.control->head.store(head, std::memory_order_seq_cst);
     ring_peer();
   }
@@ -94,6 +107,7 @@ bool RingLink::poll_send(SendSlot& slot) {
 }
 
 bool RingLink::poll_recv(RecvSlot& slot) {
+  // Acquire, against poll_send()'s store: every byte below head is visible.
   const std::uint64_t head = rx_.control->head.load(std::memory_order_acquire);
   rx_seen_head_ = head;
   bool moved = false;
@@ -113,9 +127,11 @@ bool RingLink::poll_recv(RecvSlot& slot) {
   // A peer whose envelope disagrees is reported by the runner; do not interpret its payload, and
   // land nothing before the runner accepted the envelope (Note [accept before landing]).
   if (!slot.accepted || slot.header.payload_bytes != slot.bytes) return moved;
+  // Capped: head may already cover the next message's envelope and payload.
   const std::uint64_t in_ring = std::min<std::uint64_t>(head - rx_payload_start_, slot.bytes);
   if (in_ring <= slot.arrived) return moved;
   if (!slot.must_land) {
+    // Read in place: the bytes keep their ring space until recv_release() hands it back.
     slot.arrived = static_cast<std::size_t>(in_ring);
     return true;
   }
@@ -130,7 +146,7 @@ bool RingLink::poll_recv(RecvSlot& slot) {
     }
     slot.arrived += n;
   }
-  publish_tail(rx_payload_start_ + slot.arrived);
+  publish_tail(rx_payload_start_ + slot.arrived);  // landed bytes no longer need the ring
   return true;
 }
 
@@ -144,7 +160,7 @@ RecvView RingLink::recv_view(const RecvSlot& slot) {
 
 void RingLink::recv_release(RecvSlot& slot, std::size_t bytes) {
   slot.consumed += bytes;
-  if (slot.must_land) return;
+  if (slot.must_land) return;  // its ring space went back when poll_recv() copied it out
   publish_tail(rx_payload_start_ + slot.consumed);
 }
 
@@ -160,12 +176,15 @@ void RingLink::publish_tail(std::uint64_t tail) noexcept {
 }
 
 void RingLink::wait(double max_seconds, bool for_send, bool for_recv) {
+  // seq is read before announcing: a peer that then sees us announced bumps it, and the futex
+  // below returns at once; one that produced before the announcement is caught by the re-check.
   const std::uint32_t seen = own_->seq.load(std::memory_order_acquire);
   own_->sleepers.fetch_add(1, std::memory_order_seq_cst);
   // Note [doorbell]: re-check after announcing, so a peer that produced in between is not missed.
   bool ready = (for_recv && rx_.control->head.load(std::memory_order_seq_cst) != rx_seen_head_) ||
                (for_send && tx_.control->tail.load(std::memory_order_seq_cst) != tx_seen_tail_);
   if (!ready) doorbell_wait(own_, seen, max_seconds);
+  // Relaxed: leaving late only costs a peer one needless wake-up.
   own_->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -14,6 +14,8 @@
 namespace mwms::collective {
 
 struct MemFabric::Pair {
+  // make_unique honours ByteRingControl's alignas(64) (C++17 aligned new): head and tail keep
+  // cache lines of their own, as in a shared-memory segment.
   ByteRingControl control;
   char* data = nullptr;
   ~Pair() { std::free(data); }
@@ -21,6 +23,8 @@ struct MemFabric::Pair {
 
 MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
     : world_size_(world_size), ring_bytes_(ring_bytes), bells_(new Doorbell[world_size]) {
+  // A multiple of 64 is what Note [ring link layout] needs, and what aligned_alloc requires of
+  // the size for a 64-byte alignment.
   MWMS_CHECK(ring_bytes % 64 == 0 && ring_bytes >= 128, "ring size must be a multiple of 64");
   pairs_.resize(static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size));
   for (auto& p : pairs_) {
@@ -37,6 +41,8 @@ std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
   caps.name = "mem";
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank) continue;
+    // Ring (a, b) at a * world + b is written by a and read by b: this rank's `out` is the
+    // peer's `in`, so each ring has exactly one producer and one consumer.
     Pair& out = *pairs_[static_cast<std::size_t>(rank * world_size_ + peer)];
     Pair& in = *pairs_[static_cast<std::size_t>(peer * world_size_ + rank)];
     links[static_cast<std::size_t>(peer)] = std::make_unique<RingLink>(
@@ -75,6 +81,7 @@ class MemLink final : public Link {
 // last link. Ranks connect in any order; the first one in creates it.
 std::shared_ptr<MemFabric> fabric_named(const std::string& name, int world_size,
                                         std::size_t ring_bytes) {
+  // The ranks are threads that connect concurrently: the lookup and the creation are one step.
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<MemFabric>> fabrics;
   std::lock_guard<std::mutex> lock(mutex);
@@ -104,6 +111,8 @@ class MemTransport final : public Transport {
                                              const ConnectContext& ctx) override {
     MWMS_CHECK(ctx.peers != nullptr && static_cast<int>(ctx.peers->size()) == ctx.world_size,
                "mem connect without peer info");
+    // Every rank names the fabric after rank 0's blob, so all of them find the same one; its
+    // nonce keeps two communicators of one job in one process apart.
     auto first = (*ctx.peers)[0].blobs.find("mem");
     MWMS_CHECK(first != (*ctx.peers)[0].blobs.end(), "rank 0 published no mem address");
     // Rings of 4 chunks, as shared memory's default (a multiple of 64, at least 128).
@@ -121,6 +130,7 @@ class MemTransport final : public Transport {
 
  private:
   static long long next_nonce() {
+    // Atomic: the rank threads create their transports at the same time.
     static std::atomic<long long> nonce{0};
     return ++nonce;
   }
@@ -139,6 +149,7 @@ std::string mem_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::P
     auto it = p.blobs.find("mem");
     return it == p.blobs.end() ? std::string() : it->second.substr(0, it->second.find(':'));
   };
+  // The pid alone could coincide on two hosts; with the host it names one process.
   if (pid_of(me).empty() || pid_of(peer).empty() || pid_of(me) != pid_of(peer) ||
       me.host_id != peer.host_id) {
     return "rank " + std::to_string(peer.rank) + " (" + peer.address +

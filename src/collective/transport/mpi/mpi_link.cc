@@ -30,6 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 MpiComm::MpiComm(bootstrap::MpiRuntime& runtime, MPI_Comm comm) : runtime_(runtime), comm_(comm) {}
 
 MpiComm::~MpiComm() {
+  // After MPI_Finalize every MPI call is erroneous: the communicator went with MPI itself.
   if (comm_ == MPI_COMM_NULL || bootstrap::MpiRuntime::finalised()) return;
   std::unique_lock<std::mutex> lock = runtime_.serialise();
   int rc = MPI_Comm_free(&comm_);
@@ -38,6 +39,8 @@ MpiComm::~MpiComm() {
   }
 }
 
+// No lock: links attach at connect and detach when destroyed, on the one thread that uses the
+// communicator (mpi_link.h).
 void MpiComm::attach(MpiLink* link) { links_.push_back(link); }
 
 void MpiComm::detach(MpiLink* link) noexcept {
@@ -45,8 +48,9 @@ void MpiComm::detach(MpiLink* link) noexcept {
 }
 
 bool MpiComm::progress() noexcept {
-  std::unique_lock<std::mutex> lock = runtime_.serialise();
+  std::unique_lock<std::mutex> lock = runtime_.serialise();  // Note [mpi threading]
   bool any = false;
+  // The call comes first: every link is tested, even after one has completed something.
   for (MpiLink* l : links_) any = l->progress_nothrow() || any;
   return any;
 }
@@ -62,6 +66,7 @@ MpiLink::MpiLink(int peer, int peer_mpi_rank, std::shared_ptr<MpiComm> comm,
                  std::size_t chunk_bytes)
     : peer_(peer), peer_mpi_(peer_mpi_rank), comm_(std::move(comm)), chunk_(chunk_bytes),
       caps_(mpi_caps(chunk_bytes)) {
+  // MPI_Testsome skips null requests, so the whole array can be tested whatever is posted.
   for (Direction* d : {&send_, &recv_}) {
     std::fill(std::begin(d->requests), std::end(d->requests), MPI_REQUEST_NULL);
     std::fill(std::begin(d->completed), std::end(d->completed), false);
@@ -70,6 +75,7 @@ MpiLink::MpiLink(int peer, int peer_mpi_rank, std::shared_ptr<MpiComm> comm,
 }
 
 MpiLink::~MpiLink() {
+  // First: another link's wait() must not test the requests of a link being destroyed.
   comm_->detach(this);
   if (bootstrap::MpiRuntime::finalised()) return;
   std::unique_lock<std::mutex> lock = comm_->runtime().serialise();
@@ -110,9 +116,12 @@ void MpiLink::begin(Direction& d, std::size_t bytes) {
 // checks each receive's size (Note [mpi link messages]).
 bool MpiLink::test(Direction& d, bool is_recv, int count) {
   int outcount = 0;
+  // Completed requests come back as MPI_REQUEST_NULL, so their slots may be reposted; completed[]
+  // remembers them until advance() counts them in order. MPI_ERR_IN_STATUS: the communicator
+  // returns errors (MPI_ERRORS_RETURN), each failed request's in its status.
   int rc = MPI_Testsome(count, d.requests, &outcount, d.indices, d.statuses);
   if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) bootstrap::throw_if_mpi(rc, "MPI_Testsome");
-  if (outcount == MPI_UNDEFINED || outcount == 0) return false;
+  if (outcount == MPI_UNDEFINED || outcount == 0) return false;  // UNDEFINED: no active request
   const char* what = is_recv ? "MPI_Irecv from rank " : "MPI_Isend to rank ";
   for (int k = 0; k < outcount; ++k) {
     const int i = d.indices[k];
@@ -139,6 +148,8 @@ void MpiLink::advance(Direction& d) noexcept {
     d.completed[0] = false;
     d.envelope_done = true;
   }
+  // Pieces may complete out of order; `finished` counts only the prefix, so what the link reports
+  // as arrived is contiguous.
   while (d.finished < d.posted && d.completed[1 + d.finished % kWindow]) {
     d.completed[1 + d.finished % kWindow] = false;
     ++d.finished;
@@ -153,7 +164,7 @@ bool MpiLink::progress_nothrow() noexcept {
     const int count = d == &recv_ && d->posted == 0 ? 1 : Direction::kSlots;
     try {
       any = test(*d, d == &recv_, count) || any;
-    } catch (...) {
+    } catch (...) {  // noexcept: this may run inside another link's wait(); the owner rethrows
       d->error = std::current_exception();
       any = true;
     }
@@ -169,6 +180,8 @@ bool MpiLink::poll_send(SendSlot& slot) {
   bool moved = false;
   if (slot.link_state != &d) {
     begin(d, slot.bytes);
+    // The envelope goes at once, before any payload is final: the receiver accepts it (and only
+    // then posts its payload receives) while this rank's payload is still being produced.
     check(MPI_Isend(slot.header, kEnvelopeBytes, MPI_BYTE, peer_mpi_,
                     kEnvelopeTag, comm_->comm(), &d.requests[0]),
           "MPI_Isend of an envelope to rank ", peer_);
@@ -176,6 +189,7 @@ bool MpiLink::poll_send(SendSlot& slot) {
     slot.header_sent = sizeof(FrameHeader);
     moved = true;
   }
+  // kWindow bounds the pieces in flight to the request slots preallocated in the link.
   while (d.posted < d.pieces && d.posted - d.finished < static_cast<std::size_t>(kWindow)) {
     const std::size_t offset = d.posted * chunk_;
     const std::size_t len = piece_bytes(d, d.posted);
@@ -217,7 +231,7 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
     if (!d.envelope_done) return moved;
     slot.header_got = sizeof(FrameHeader);
     slot.header_arrived = true;
-    if (d.pieces == 0) d.active = false;
+    if (d.pieces == 0) d.active = false;  // no payload: progress() has nothing left to test
     return true;
   }
   if (!slot.accepted) return false;  // Note [accept before landing]: no payload receive posted
@@ -225,11 +239,12 @@ bool MpiLink::poll_recv(RecvSlot& slot) {
   const bool staged = !slot.must_land;
   if (staged && staging_.empty()) staging_.resize(kStageSlots * chunk_);  // once per link
   while (d.posted < d.pieces && d.posted - d.finished < static_cast<std::size_t>(kWindow) &&
+         // Staged: a slot is reposted only once the runner released all of the piece it holds.
          (!staged || d.posted - slot.consumed / chunk_ < kStageSlots)) {
     const std::size_t offset = d.posted * chunk_;
     const std::size_t len = piece_bytes(d, d.posted);
     const int i = 1 + static_cast<int>(d.posted % kWindow);
-    d.expect[i] = static_cast<int>(len);
+    d.expect[i] = static_cast<int>(len);  // the size test() holds the arriving message to
     char* into = staged ? staging_.data() + (d.posted % kStageSlots) * chunk_
                         : slot.landing + offset;
     check(MPI_Irecv(into, static_cast<int>(len), MPI_BYTE,
@@ -257,8 +272,10 @@ RecvView MpiLink::recv_view(const RecvSlot& slot) {
           end > slot.consumed ? end - slot.consumed : 0};
 }
 
+// Nothing to hand back here: poll_recv() reposts staging slots from `consumed`.
 void MpiLink::recv_release(RecvSlot& slot, std::size_t bytes) { slot.consumed += bytes; }
 
+// Both directions are ignored: progress() tests every request of every link anyway.
 void MpiLink::wait(double max_seconds, bool, bool) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -266,6 +283,8 @@ void MpiLink::wait(double max_seconds, bool, bool) {
     const double waited = seconds_since(start);
     if (waited >= max_seconds) return;
     if (waited < 1e-3) {
+      // The peer is probably close behind: stay runnable, but give the core to a rank that
+      // shares it (more ranks than cores on this host).
       sched_yield();
     } else {
       // A peer that is late by more than a millisecond: poll at 10 kHz instead of spinning.

@@ -27,8 +27,10 @@ namespace {
 constexpr std::uint64_t kMagic = 0x314d4853534d574dULL;  // "MWMSSHM1" little endian
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kDoorbellOffset = 1024;
-constexpr std::size_t kMaxAddressBytes = 128;
+constexpr std::size_t kDoorbellOffset = 1024;  // past the header, on a 64-byte line of its own
+constexpr std::size_t kMaxAddressBytes = 128;  // addresses come off the wire: bounded
+// Bounds on ring and world size, checked before total_bytes() multiplies them: 2^20 slots of
+// 2^32 + 4 KiB bytes stay below 2^53, so neither a size nor a slot offset can wrap.
 constexpr std::uint64_t kMaxRingBytes = 1ULL << 32;
 constexpr long long kMaxWorld = 1 << 20;
 
@@ -47,6 +49,8 @@ struct SegmentHeader {
 static_assert(sizeof(SegmentHeader) <= kDoorbellOffset, "header overlaps the doorbell");
 static_assert(sizeof(ByteRingControl) <= kPage, "ring control exceeds its page");
 
+// Tells another job's segment apart; not a secret (only the owner's user can open its
+// /proc/<pid>/fd), so a fixed-size hash in the header is enough.
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : s) {
@@ -68,6 +72,9 @@ std::string errno_text(int err) { return common::errno_description(err); }
                      err);
 }
 
+// The nonce only has to differ between segments (a recycled pid:fd names another file), not to
+// be secret: where getrandom is missing (ENOSYS before Linux 3.17, a seccomp filter),
+// std::random_device does.
 void random_nonce(std::uint64_t out[2]) {
   if (::getrandom(out, 2 * sizeof(std::uint64_t), 0) == 2 * sizeof(std::uint64_t)) return;
   std::random_device rd;
@@ -76,7 +83,8 @@ void random_nonce(std::uint64_t out[2]) {
   }
 }
 
-// Parses a non-negative decimal of at most 19 digits; false for anything else.
+// Parses a non-negative decimal of at most 19 digits; false for anything else. 19 digits stay
+// below 2^64, so the accumulation below cannot wrap.
 bool parse_decimal(const std::string& s, std::uint64_t* out) {
   if (s.empty() || s.size() > 19) return false;
   std::uint64_t v = 0;
@@ -118,6 +126,7 @@ bool parse_address(const std::string& text, Address* a) {
     parts[i] = text.substr(at, end - at);
     at = end + 1;
   }
+  // pid and fd must fit an int (Linux's pid_max is at most 2^22); the nonce is 2 x 64 bits.
   return parse_decimal(parts[0], &a->pid) && a->pid > 0 && a->pid < (1u << 30) &&
          parse_decimal(parts[1], &a->fd) && a->fd < (1u << 30) &&
          parse_decimal(parts[2], &a->bytes) && parts[3].size() == 32 &&
@@ -129,10 +138,11 @@ bool parse_address(const std::string& text, Address* a) {
 // changing a byte; returns 0 or the errno of a failed allocation.
 int prefault(char* p, std::size_t bytes) {
   if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return 0;
+  // EINVAL: this kernel does not know MADV_POPULATE_WRITE; every other errno is a real failure.
   if (errno != EINVAL) return errno;  // ENOMEM, EFAULT: the pages could not be allocated
   // A kernel before 5.14: a read maps a page of a shared mapping (with its write permission).
   for (std::size_t off = 0; off < bytes; off += kPage) {
-    (void)*static_cast<volatile char*>(p + off);
+    (void)*static_cast<volatile char*>(p + off);  // volatile: the compiler must keep the read
   }
   return 0;
 }
@@ -140,6 +150,8 @@ int prefault(char* p, std::size_t bytes) {
 }  // namespace
 
 std::size_t shm_slot_bytes(std::size_t ring_bytes) noexcept {
+  // Page granularity: each slot is fallocated and prefaulted on its own, and its data starts page
+  // (hence 64-byte) aligned, as Note [ring link layout] needs.
   return kPage + (ring_bytes + kPage - 1) / kPage * kPage;
 }
 
@@ -152,6 +164,7 @@ std::atomic<std::uint64_t> segments_created{0};
 }  // namespace
 
 std::uint64_t ShmSegment::created_count() noexcept {
+  // Relaxed: a counter for tests, it orders no other memory.
   return segments_created.load(std::memory_order_relaxed);
 }
 
@@ -165,14 +178,18 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   s->ring_bytes_ = ring_bytes;
   s->world_size_ = world_size;
   s->size_ = total_bytes(world_size, ring_bytes);
+  // CLOEXEC: a program the caller execs must not inherit (and keep alive) the segment; peers
+  // reach it through /proc/<pid>/fd, which needs only this process to hold the fd.
   s->fd_ = ::memfd_create("mwms-shm", MFD_CLOEXEC);
   if (s->fd_ < 0) throw_os("memfd_create", errno);
   segments_created.fetch_add(1, std::memory_order_relaxed);
+  // Sized for every possible sender but sparse: only reserve()d slots ever get pages.
   if (::ftruncate(s->fd_, static_cast<off_t>(s->size_)) != 0) {
     throw_os("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
   }
   // The header page is written now: allocate it first, a full shm fails here, not with SIGBUS.
   int rc = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(kPage));
+  // EOPNOTSUPP: a file system without fallocate; go on without the early check.
   if (rc != 0 && rc != EOPNOTSUPP) throw_os("allocating the header page", rc);
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
   if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
@@ -188,6 +205,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   h->fingerprint = fnv1a(job_fingerprint);
   h->nonce[0] = s->nonce_[0];
   h->nonce[1] = s->nonce_[1];
+  // No peer can reach the segment before its address is published, so the owner may construct
+  // the doorbell in place; the rings are never constructed (see the end of reserve()).
   new (s->base_ + kDoorbellOffset) Doorbell();
   // Peers read the header only after the peer-info exchange (a TCP round trip) that follows.
   reinterpret_cast<std::atomic<std::uint64_t>*>(&h->magic)->store(kMagic,
@@ -202,6 +221,9 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
     throw BootstrapError("its shared-memory address \"" + address.substr(0, kMaxAddressBytes) +
                          "\" is malformed (expected pid:fd:bytes:nonce)");
   }
+  // Opening the owner's fd through /proc gives this process its own descriptor of the same memfd;
+  // the kernel allows it to the owner's user, and the pid names the owner only in its own pid
+  // namespace.
   const std::string path = "/proc/" + std::to_string(a.pid) + "/fd/" + std::to_string(a.fd);
   std::shared_ptr<ShmSegment> s(new ShmSegment());
   s->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -212,6 +234,8 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
                          "namespace; set MWMS_SHM_DISABLE=1 to use TCP between ranks on this "
                          "host)");
   }
+  // Everything is checked through fstat and pread before anything is mapped: a recycled pid or fd
+  // may now name a socket, a pipe or another file, which must not be mapped, let alone written.
   struct stat st;
   SegmentHeader h;
   const bool sized = ::fstat(s->fd_, &st) == 0 && S_ISREG(st.st_mode) &&
@@ -222,6 +246,8 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
                          " does not lead to its segment (a stale or recycled address: the "
                          "nonce, magic or size does not match)");
   }
+  // The address's size must also be the one this rank computes from the header: every slot offset
+  // below is computed locally and must stay inside the mapping.
   if (h.version != kVersion || h.rank != owner || h.world_size != world_size ||
       h.fingerprint != fnv1a(job_fingerprint) || h.ring_bytes == 0 || h.ring_bytes % kPage != 0 ||
       h.ring_bytes > kMaxRingBytes || world_size > kMaxWorld || h.total_bytes != a.bytes ||
@@ -231,7 +257,7 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
                          ", version " + std::to_string(h.version) + ")");
   }
   s->size_ = static_cast<std::size_t>(a.bytes);
-  s->ring_bytes_ = static_cast<std::size_t>(h.ring_bytes);
+  s->ring_bytes_ = static_cast<std::size_t>(h.ring_bytes);  // the owner sizes its inbound rings
   s->world_size_ = world_size;
   s->nonce_[0] = h.nonce[0];
   s->nonce_[1] = h.nonce[1];
@@ -277,6 +303,8 @@ static std::uint64_t available_memory_bytes() {
       break;
     }
   }
+  // Shared-memory pages are charged to the memory cgroup of the process that allocates them, so a
+  // container's limit binds before the host's MemAvailable does.
   std::ifstream max_file("/sys/fs/cgroup/memory.max");
   std::ifstream cur_file("/sys/fs/cgroup/memory.current");
   std::string max_text;
@@ -294,6 +322,8 @@ void ShmSegment::reserve(const std::vector<int>& senders) {
   // Shared memory is memory: rings that would take more than half of what the host has left (for
   // all of its ranks together) fail here with a clear error instead of waking the OOM killer.
   const std::uint64_t available = available_memory_bytes();
+  // `senders` are this rank's peers on the host: each of the senders.size() + 1 ranks here
+  // reserves as many rings, so the host needs that many times this rank's share.
   const std::uint64_t host_total = static_cast<std::uint64_t>(needed) * (senders.size() + 1);
   if (available > 0 && host_total > available / 2) {
     throw BackendError("shared memory is too small: the rings need " + std::to_string(needed) +
@@ -305,6 +335,9 @@ void ShmSegment::reserve(const std::vector<int>& senders) {
                        ENOMEM);
   }
   for (int sender : senders) {
+    // Both ends of a ring reserve it (whoever connects first allocates); a second fallocate of
+    // allocated pages changes nothing. Without fallocate support, prefault's populating write is
+    // what allocates, so a full shared memory still fails here rather than with SIGBUS.
     int rc = ::posix_fallocate(fd_, static_cast<off_t>(slot_offset(sender)),
                                static_cast<off_t>(shm_slot_bytes(ring_bytes_)));
     if (rc == EOPNOTSUPP || rc == 0) rc = prefault(base_ + slot_offset(sender), shm_slot_bytes(ring_bytes_));

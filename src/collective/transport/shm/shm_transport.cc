@@ -9,7 +9,7 @@ namespace mwms::collective {
 
 namespace {
 
-constexpr std::size_t kPage = 4096;
+constexpr std::size_t kPage = 4096;  // rings are whole pages (ShmSegment::create requires it)
 
 TransportCaps shm_caps(std::size_t chunk_bytes) {
   TransportCaps c;
@@ -41,9 +41,11 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect(const std::vector<int>&
   ec.op = "link setup";
   ec.transport = "shm";
   for (int p : peers) MWMS_CHECK(p >= 0 && p < n && p != ctx.rank, "bad shm peer");
+  // All our inbound rings at once: reserve()'s memory check then sees this rank's whole share,
+  // and a shortage fails before any peer's segment is mapped.
   try {
     segment_->reserve(peers);
-  } catch (const BackendError& e) {
+  } catch (const BackendError& e) {  // rethrown with this rank and the phase in its context
     throw BackendError(e.message(), e.native_code(), ec);
   }
   std::vector<std::unique_ptr<Link>> links;
@@ -55,6 +57,8 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect(const std::vector<int>&
     const std::string who = "rank " + std::to_string(ctx.rank) +
                             " cannot use shared memory with rank " + std::to_string(p) + " (" +
                             info.address + "): ";
+    // Defensive: choose_transports() gives shm only to pairs where both published a segment
+    // (shm_cannot_connect), so only a caller that bypassed it gets here.
     auto it = info.blobs.find("shm");
     if (it == info.blobs.end()) {
       throw BootstrapError(who +
@@ -65,12 +69,15 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect(const std::vector<int>&
     std::shared_ptr<ShmSegment> theirs;
     try {
       theirs = ShmSegment::open(it->second, p, n, options_.job_fingerprint);
+      // The ring we write lives in their segment: allocate it from here too, since whichever end
+      // connects first must find it backed (Note [shm segment]).
       theirs->reserve({ctx.rank});
     } catch (const BootstrapError& e) {
       throw BootstrapError(who + e.message(), ec);
     } catch (const BackendError& e) {
       throw BackendError(who + e.message(), e.native_code(), ec);
     }
+    // The link shares both segments: the mappings outlive this transport (shm_link.h).
     links.push_back(std::make_unique<ShmLink>(ctx.rank, p, caps_, segment_, std::move(theirs)));
   }
   MWMS_LOG_DEBUG(kRing, "shm links to " << peers.size() << " peers");
@@ -83,6 +90,8 @@ std::unique_ptr<Transport> make_shm_transport(const TransportOptions& options) {
   if (asked < 0) throw InvalidArgument("MWMS_SHM_RING_BYTES must be >= 0");
   std::size_t ring = asked == 0 ? 4 * options.chunk_bytes : static_cast<std::size_t>(asked);
   ring = (ring + kPage - 1) / kPage * kPage;
+  // Below one chunk the runner could never reduce a whole chunk where it lies and would fall
+  // back to partial reductions; 4 chunks (the default) let the sender run ahead of the reducer.
   if (ring < options.chunk_bytes) {
     throw InvalidArgument("MWMS_SHM_RING_BYTES=" + std::to_string(asked) +
                           " is smaller than one chunk (" + std::to_string(options.chunk_bytes) +
@@ -93,6 +102,9 @@ std::unique_ptr<Transport> make_shm_transport(const TransportOptions& options) {
 
 namespace {
 
+// Both ends evaluate it on the same published data and must reach the same answer (Note
+// [transport table]); host_id (host name, boot id, network namespace) is what makes a /proc path
+// of the peer's pid meaningful here.
 std::string shm_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::PeerInfo& peer) {
   if (peer.host_id != me.host_id) {
     return "rank " + std::to_string(peer.rank) + " (" + peer.address +
@@ -107,6 +119,7 @@ std::string shm_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::P
   return "";
 }
 
+// Opening a peer's segment holds one memfd descriptor per shm peer for the link's lifetime.
 void shm_descriptors(common::DescriptorBudget& budget) { ++budget.shm_peers; }
 
 // Over shared memory a latency is a few microseconds and bytes are cheap to copy: recursive
@@ -116,6 +129,8 @@ constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true};
 
 }  // namespace
 
+// Priority 30, above TCP's 10: under auto a pair on one host takes shared memory (~0.3 us one
+// way against loopback TCP's ~6-15 us, docs/architecture.md).
 const TransportEntry kShmTransportEntry{"shm", 30, true, true, make_shm_transport,
                                         shm_cannot_connect, shm_descriptors, kShmTuning};
 
