@@ -22,7 +22,7 @@ double since(common::Clock::time_point a, common::Clock::time_point b) {
 ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerNames names)
     : rank_(rank),
       links_(std::move(links)),
-      open_(new std::atomic<bool>[links_.size()]),
+      open_(new std::atomic<bool>[links_.size()]),  // senders on other threads read them
       names_(std::move(names)),
       fds_(static_cast<std::size_t>(kMaxExtra) + links_.size()),
       fd_peer_(fds_.size(), -1),
@@ -34,6 +34,7 @@ ControlPlane::ControlPlane(int rank, std::vector<common::Socket> links, PeerName
       heartbeat_off_(links_.size(), false),
       process_checked_(links_.size(), common::Clock::time_point()),
       gone_(links_.size(), false) {
+  // This rank's own slot has no link: closed from the start, so every loop over peers skips it.
   for (std::size_t p = 0; p < links_.size(); ++p) open_[p].store(links_[p].valid());
 }
 
@@ -59,6 +60,7 @@ ErrorContext ControlPlane::with_peer(ErrorContext ctx, int peer) const {
 
 void ControlPlane::ready_barrier(common::Deadline deadline, const ErrorContext& ctx) {
   const FrameHeader ready = encode(ReadyFrame{rank_});  // Note [control frames]
+  // Every write before any read: were the reads first, all ranks would wait for each other.
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (links_[p].valid()) common::write_exact(links_[p].fd(), &ready, kHeader, deadline);
   }
@@ -82,18 +84,18 @@ void ControlPlane::ready_barrier(common::Deadline deadline, const ErrorContext& 
 bool ControlPlane::poll(const pollfd* extra, int n_extra, int timeout_ms,
                         const ErrorContext& ctx) {
   int k = 0;
-  for (int i = 0; i < n_extra && i < kMaxExtra; ++i) {
+  for (int i = 0; i < n_extra && i < kMaxExtra; ++i) {  // fds_ has room for kMaxExtra
     fds_[static_cast<std::size_t>(k)] = extra[i];
     fd_peer_[static_cast<std::size_t>(k++)] = -1;
   }
   for (std::size_t p = 0; p < links_.size(); ++p) {
-    if (!open_[p]) continue;
+    if (!open_[p]) continue;  // a socket at end of file would poll readable forever
     fds_[static_cast<std::size_t>(k)] = {links_[p].fd(), POLLIN, 0};
     fd_peer_[static_cast<std::size_t>(k++)] = static_cast<int>(p);
   }
   int rc = ::poll(fds_.data(), static_cast<nfds_t>(k), timeout_ms);
   polled_ = common::Clock::now();  // Note [heartbeat]: silence counts up to here
-  if (rc <= 0) return false;
+  if (rc <= 0) return false;       // 0: timed out; -1 (EINTR): the caller polls again
   bool extra_ready = false;
   for (int i = 0; i < k; ++i) {
     const pollfd& f = fds_[static_cast<std::size_t>(i)];
@@ -110,7 +112,7 @@ bool ControlPlane::poll(const pollfd* extra, int n_extra, int timeout_ms,
 
 void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   const int fd = links_[static_cast<std::size_t>(peer)].fd();
-  FrameHeader h;
+  FrameHeader h;  // senders write each frame whole: 1 s bounds a cut one
   common::IoResult res = common::read_exact(fd, &h, kHeader, common::deadline_after(1.0));
   const bool framed = res.status == common::IoStatus::kOk && h.magic == kFrameMagic &&
                       h.version == kFrameVersion;
@@ -161,14 +163,14 @@ void ControlPlane::read_message(int peer, const ErrorContext& ctx) {
   if (!abort_sent_.exchange(true)) {
     abort.reason_bytes = reason.size();  // what this rank read (at most kMaxAbortReasonBytes)
     const FrameHeader relay = encode(abort);
-    std::lock_guard<std::mutex> lock(writer_);
-    common::Deadline d = common::deadline_after(0.5);
+    std::lock_guard<std::mutex> lock(writer_);         // frames never interleave
+    common::Deadline d = common::deadline_after(0.5);  // a peer that reads nothing cannot hold us
     for (std::size_t p = 0; p < links_.size(); ++p) {
       const int q = static_cast<int>(p);
       if (q == peer || q == failed || q == rank_ || closed(q)) continue;
       int out = links_[p].fd();
       if (common::write_exact(out, &relay, kHeader, d).status == common::IoStatus::kOk) {
-        common::write_exact(out, reason.data(), reason.size(), d);
+        common::write_exact(out, reason.data(), reason.size(), d);  // only behind a whole header
       }
     }
   }
@@ -207,7 +209,8 @@ void ControlPlane::send_abort(int failed_rank, const std::string& reason, AbortC
     gave_up_reason_ = reason;
   } catch (...) {  // bad_alloc: the flag still stops the waits
   }
-  gave_up_.store(true, std::memory_order_release);
+  gave_up_.store(true, std::memory_order_release);  // publishes gave_up_reason_ with it
+  // Capped as the receiver caps its read: longer, the rest would be read as the next frame.
   std::string text = reason.substr(0, kMaxAbortReasonBytes);
   const FrameHeader h = encode(AbortFrame{failed_rank, cause, why, text.size()});
   std::lock_guard<std::mutex> lock(writer_);
@@ -241,7 +244,7 @@ void ControlPlane::record_finalized(int peer, const FrameHeader& h, const ErrorC
   if (f.sender != peer) bad = "root is not the sender";
   if (payload != 0) bad = "payload_bytes is not 0";
   if (h.step != 0) bad = "step is not 0";
-  if (seq >= (std::uint64_t{1} << 62)) bad = "seq is out of range";
+  if (seq >= (std::uint64_t{1} << 62)) bad = "seq is out of range";  // kept as an int64_t below
   if (bad != nullptr) {
     throw PeerError("rank " + std::to_string(peer) + " sent a malformed finalized notice (" + bad +
                         ", root " + std::to_string(f.sender) + ", seq " + std::to_string(seq) +
@@ -251,7 +254,7 @@ void ControlPlane::record_finalized(int peer, const FrameHeader& h, const ErrorC
   auto& at = finalized_after_[static_cast<std::size_t>(peer)];
   if (at >= 0) return;  // sent once; a repeat changes nothing
   at = static_cast<std::int64_t>(seq);
-  if (first_finalized_ < 0 || seq < first_finalized_seq_) {
+  if (first_finalized_ < 0 || seq < first_finalized_seq_) {  // finalized_before() stays O(1)
     first_finalized_ = peer;
     first_finalized_seq_ = seq;
   }
@@ -280,7 +283,7 @@ int ControlPlane::blame(int waited) const {
   // in; stop at a rank that waits for nobody (the one that stalled), at this rank, or when the
   // chain loops.
   int at = waited;
-  for (std::size_t hops = 0; hops < waits_for_.size(); ++hops) {
+  for (std::size_t hops = 0; hops < waits_for_.size(); ++hops) {  // n hops: a cycle cannot spin
     if (at < 0 || at >= static_cast<int>(waits_for_.size())) break;
     int next = waits_for_[static_cast<std::size_t>(at)];
     if (next < 0 || next == rank_) break;
@@ -298,7 +301,7 @@ void ControlPlane::record_heartbeat(int peer, const FrameHeader& h, const ErrorC
   const char* bad = nullptr;
   if (f.sender != peer) bad = "root is not the sender";
   if (payload != 0) bad = "payload_bytes is not 0";
-  if (interval_ms > 86400000) bad = "interval is over a day";
+  if (interval_ms > 86400000) bad = "interval is over a day";  // senders cap theirs at a day
   if (bad != nullptr) {
     throw PeerError("rank " + std::to_string(peer) + " sent a malformed heartbeat (" + bad +
                         ", root " + std::to_string(f.sender) + ", interval " +
@@ -362,7 +365,7 @@ std::string ControlPlane::gone_reason(int peer) const {
 void ControlPlane::send_heartbeats(std::uint64_t interval_ms) noexcept {
   const FrameHeader h = encode(HeartbeatFrame{rank_, interval_ms});
   std::lock_guard<std::mutex> lock(writer_);
-  if (finalized_sent_) return;
+  if (finalized_sent_) return;  // nothing may follow the finalized notice
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (closed(static_cast<int>(p)) || heartbeat_off_[p]) continue;
     // A peer that reads nothing for hours fills its buffer: a frame that cannot go out whole
@@ -378,18 +381,18 @@ void ControlPlane::start_heartbeat(double interval_seconds, const ErrorContext& 
   const double ms = std::max(0.0, std::min(interval_seconds, 86400.0)) * 1000.0;
   // Every peer learns our interval first (0: expect nothing, Note [heartbeat]).
   send_heartbeats(static_cast<std::uint64_t>(ms));
-  if (interval_seconds <= 0 || links_.size() < 2) return;
+  if (interval_seconds <= 0 || links_.size() < 2) return;  // a world of one watches nobody
   {
     std::lock_guard<ReaderLock> lock(reader_);
     interval_ = interval_seconds;
     polled_ = common::Clock::now();
-    std::fill(heard_.begin(), heard_.end(), polled_);
+    std::fill(heard_.begin(), heard_.end(), polled_);  // start-up time is no silence
   }
   try {
     thread_ = std::thread([this] { heartbeat_loop(); });
   } catch (const std::exception& e) {
     std::lock_guard<ReaderLock> lock(reader_);
-    interval_ = 0;
+    interval_ = 0;  // lost() is never true without the thread
     MWMS_LOG_WARN(kColl, "cannot start the heartbeat thread (" << e.what()
                              << "): frozen peers are noticed by the op timeout only");
   }
@@ -410,7 +413,7 @@ void ControlPlane::heartbeat_loop() noexcept {
   const auto ms = static_cast<std::uint64_t>(interval_ * 1000.0);
   std::unique_lock<std::mutex> lock(stop_mutex_);
   while (!stop_cv_.wait_for(lock, interval, [&] { return stop_; })) {
-    lock.unlock();
+    lock.unlock();  // stop_heartbeat() must not wait for our writes
     send_heartbeats(ms);
     // The engine holds reader_ for a whole collective and reads the links itself: never wait.
     if (reader_.try_lock()) {
@@ -422,7 +425,7 @@ void ControlPlane::heartbeat_loop() noexcept {
 }
 
 void ControlPlane::check_between_collectives() noexcept {
-  if (failure_.set) return;
+  if (failure_.set) return;  // the first failure found is the one the next collective throws
   try {
     // Everything that arrived since the last poll (one frame per link per poll), bounded.
     for (int round = 0; round < 64; ++round) {

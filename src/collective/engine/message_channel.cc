@@ -26,9 +26,11 @@ MessageChannel::MessageChannel(std::vector<Link*> links, ControlPlane* control,
     : peers_(links.size()), control_(control), options_(options) {
   for (std::size_t p = 0; p < links.size(); ++p) {
     peers_[p].link = links[p];
+    // The channel's one allocation: the queues are fixed rings from here on (Note [message
+    // channel]: nothing is allocated per message).
     if (links[p] != nullptr) peers_[p].queue.resize(kQueueDepth);
   }
-  last_progress_ = common::Clock::now();
+  last_progress_ = common::Clock::now();  // idle time (spin, then sleep) counts from here
 }
 
 ErrorContext MessageChannel::with_peer(const ErrorContext& ctx, int peer) const {
@@ -48,6 +50,8 @@ std::uint64_t MessageChannel::queue_send(int peer, const FrameHeader& header, co
                                          std::size_t bytes, std::size_t ready) {
   Peer& p = peers_.at(static_cast<std::size_t>(peer));
   MWMS_CHECK(p.link != nullptr, "message to rank " + std::to_string(peer) + " without a link");
+  // The failed peer's queue was dropped: a message queued now would silently never leave, so the
+  // caller, who should have looked at failed(), hears of it with the peer's error as the cause.
   if (p.failed) {
     try {
       std::rethrow_exception(p.error);
@@ -57,11 +61,13 @@ std::uint64_t MessageChannel::queue_send(int peer, const FrameHeader& header, co
                          e.context());
     }
   }
+  // An invariant: protocols keep fewer messages in flight per peer; one more would overwrite a
+  // slot the link may still be sending.
   MWMS_CHECK(p.tail - p.head < kQueueDepth, "message queue to rank " + std::to_string(peer) +
                                                 " is full");
   Outgoing& o = p.queue[p.tail % kQueueDepth];
   o.header = header;
-  o.header.payload_bytes = bytes;
+  o.header.payload_bytes = bytes;  // the receiver checks it against the size it expects
   o.data = static_cast<const char*>(data);
   o.bytes = bytes;
   o.ready = std::min(ready, bytes);
@@ -70,7 +76,10 @@ std::uint64_t MessageChannel::queue_send(int peer, const FrameHeader& header, co
 
 void MessageChannel::set_ready(int peer, std::uint64_t ticket, std::size_t ready) noexcept {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  // A ticket below head was sent (or dropped) already: nothing left to allow.
   if (p.failed || p.retired || ticket < p.head || ticket >= p.tail) return;
+  // The message in the link's slot: pump_send() read the queue entry already and now follows
+  // `allowed`.
   if (ticket == p.head && p.sending) {
     p.allowed = std::max(p.allowed, std::min(ready, p.send.bytes));
     return;
@@ -86,8 +95,11 @@ void MessageChannel::start_recv(int peer, void* landing, std::size_t bytes) {
 void MessageChannel::start_recv(int peer, void* landing, std::size_t bytes, RecvSink* sink) {
   Peer& p = peers_.at(static_cast<std::size_t>(peer));
   MWMS_CHECK(p.link != nullptr, "receive from rank " + std::to_string(peer) + " without a link");
+  // One RecvSlot per peer: the link is FIFO, so a second receive could only be the next message.
   MWMS_CHECK(!p.recv_active || p.recv.done(), "a receive from rank " + std::to_string(peer) +
                                                   " is still running");
+  // must_land false: every byte is read through recv_view(), so a ring link may hand out its own
+  // memory (to the sink in place, or to pump_recv()'s copy) instead of landing it first.
   p.recv.start(static_cast<char*>(landing), bytes, false);
   p.sink = sink;
   p.delivered = 0;
@@ -136,6 +148,7 @@ void MessageChannel::fail(int peer, std::exception_ptr error) noexcept {
   if (p.failed || p.retired) return;
   p.failed = true;
   p.error = std::move(error);
+  // The queue is dropped: nothing more is read from the callers' buffers for this peer.
   p.head = p.tail;
   p.sending = false;
   p.recv_active = false;
@@ -149,13 +162,15 @@ void MessageChannel::retire(int peer) noexcept {
   p.recv_active = false;
 }
 
+// Called from a catch block: rethrows the link's error to add the peer's context, and keeps the
+// result as this peer's failure only (the other peers go on, Note [message channel]).
 void MessageChannel::fail_from_link(int p, const ErrorContext& ctx) noexcept {
   try {
     try {
       throw;
     } catch (const PeerError& e) {
       ErrorContext c = with_peer(ctx, p);
-      c.cause = FailureCause::kDied;
+      c.cause = FailureCause::kDied;  // a link's PeerError is an end of file, a reset or a close
       throw PeerError(e.message(), c);
     } catch (const BackendError& e) {
       throw BackendError(e.message(), e.native_code(), with_peer(ctx, p));
@@ -183,6 +198,7 @@ bool MessageChannel::pump_send(int p, Peer& peer, const ErrorContext& ctx) {
     return true;
   }
   if (peer.send.done) {
+    // Only now is the queue slot free: until `done` the link may still read the caller's data.
     peer.sending = false;
     ++peer.head;
     return true;
@@ -202,6 +218,8 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
   if (!peer.recv.header_arrived) return moved;
   if (!peer.recv_checked) {
     const FrameHeader& h = peer.recv.header;
+    // The receiver named the size before the message came (Note [message channel]): a different
+    // one is a protocol violation, refused before a payload byte is read.
     if (h.magic != kFrameMagic || h.version != kFrameVersion ||
         h.payload_bytes != peer.recv.bytes) {
       ErrorContext c = with_peer(ctx, p);
@@ -210,7 +228,7 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
                             : "a message of " + std::to_string(h.payload_bytes) +
                                   " payload bytes where " + std::to_string(peer.recv.bytes) +
                                   " were expected (" + describe(h) + ")";
-      try {
+      try {  // thrown only to hold it as an exception_ptr: this peer fails, pump() goes on
         throw PeerError("rank " + std::to_string(p) + " sent " + why, c);
       } catch (...) {
         fail(p, std::current_exception());
@@ -229,6 +247,8 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
     moved = true;
     // Note [accept before landing] (link.h): only now may the link land payload.
     peer.recv.accepted = true;
+    // Polled again at once, as link.h asks: a link holding the first payload bytes back (TCP's
+    // bounce buffer) lands them now, not one pump later.
     try {
       peer.link->poll_recv(peer.recv);
     } catch (const Error&) {
@@ -251,6 +271,7 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
   while (s.arrived > s.consumed) {
     RecvView v = peer.link->recv_view(s);
     if (v.bytes == 0) break;
+    // Copied before the release: releasing hands a ring's space back to the producer.
     if (v.data != s.landing + s.consumed) std::memcpy(s.landing + s.consumed, v.data, v.bytes);
     peer.link->recv_release(s, v.bytes);
     moved = true;
@@ -266,7 +287,7 @@ bool MessageChannel::pump_recv(int p, Peer& peer, const ErrorContext& ctx) {
 // there. `delivered` trails `consumed` only by such a partial unit or by in-place bytes.
 void MessageChannel::consume(Peer& peer) {
   RecvSlot& s = peer.recv;
-  const std::size_t unit = std::max<std::size_t>(1, peer.sink->unit());
+  const std::size_t unit = std::max<std::size_t>(1, peer.sink->unit());  // 0 would divide by 0
   while (s.arrived > s.consumed) {
     RecvView v = peer.link->recv_view(s);
     if (v.bytes == 0) break;
@@ -282,6 +303,7 @@ void MessageChannel::consume(Peer& peer) {
       std::memcpy(s.landing + s.consumed, v.data, n);
       peer.link->recv_release(s, n);
     }
+    // Whole units only, but the message's last bytes whatever their size (RecvSink::consume).
     const std::size_t end = s.consumed == s.bytes ? s.bytes : s.consumed - s.consumed % unit;
     if (end > peer.delivered) {
       peer.sink->consume(peer.delivered, s.landing + peer.delivered, end - peer.delivered);
@@ -304,7 +326,7 @@ bool MessageChannel::pump(const ErrorContext& ctx) {
     if (peer.failed) continue;
     moved = pump_recv(p, peer, ctx) || moved;
   }
-  if (moved) ++progress_;
+  if (moved) ++progress_;  // wait() reads the clock only when this changed, not on every pump
   return moved;
 }
 
@@ -313,7 +335,7 @@ bool MessageChannel::pump(const ErrorContext& ctx) {
 // loss interval is frozen. Only peers this rank is talking to are judged.
 void MessageChannel::check_deaths(const ErrorContext& ctx) noexcept {
   if (control_ == nullptr) return;
-  auto lock = control_->hold();
+  auto lock = control_->hold();  // what the control links delivered is read under reader_
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     Peer& peer = peers_[i];
     const int p = static_cast<int>(i);
@@ -321,6 +343,8 @@ void MessageChannel::check_deaths(const ErrorContext& ctx) noexcept {
     const bool busy = peer.recv_active || peer.sending || peer.head != peer.tail;
     if (!busy) continue;
     try {
+      // Only links without a descriptor are judged by the control link: a socket reports the
+      // peer's death itself, after the bytes it still holds have been read.
       if (control_->closed(p) && peer.link->wait_fd() < 0) {
         ErrorContext c = with_peer(ctx, p);
         c.cause = FailureCause::kDied;
@@ -351,7 +375,9 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
     progress_seen_ = progress_;
     last_progress_ = common::Clock::now();
   }
+  // Spin first: a reply is often microseconds away, and a sleep costs a wake-up latency.
   if (since(last_progress_) < options_.spin_seconds) {
+    // More ranks than cores on this host: the peer may need this core to make the reply.
     if (options_.yield_while_spinning) {
       sched_yield();
     } else {
@@ -361,8 +387,9 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
     }
     return;
   }
+  // Only once idle: a moving link needs no judging.
   check_deaths(ctx);
-  pollfd fds[ControlPlane::kMaxExtra];
+  pollfd fds[ControlPlane::kMaxExtra];  // the most ControlPlane::poll() takes beside its own
   int k = 0;
   Link* sleeper = nullptr;
   bool more_fds = false;
@@ -376,6 +403,7 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
       continue;
     }
     if (k == ControlPlane::kMaxExtra) {
+      // Not polled this time: the short cap below brings this rank back to pump them soon.
       more_fds = true;
       continue;
     }
@@ -387,10 +415,13 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
   // Links without a descriptor share this rank's doorbell (Note [doorbell]): sleeping on one
   // wakes for any; the sleep stays short because a bump that came before the sleep started is
   // only seen by the next pump.
+  // Otherwise poll(2) wakes for every descriptor and control message, and 0.1 s only bounds how
+  // late check_deaths() sees a peer that went silent (heartbeat) or whose process is gone.
   double cap = sleeper != nullptr || more_fds ? 0.002 : 0.1;
   const double sleep = std::max(0.0, std::min(max_seconds, cap));
   if (sleeper != nullptr) {
     sleeper->wait(sleep, true, true);
+    // Then a look without sleeping again: control messages and the sockets' readiness.
     if (control_ != nullptr) {
       auto lock = control_->hold();
       control_->poll(fds, k, 0, ctx);
@@ -399,6 +430,7 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
     }
   } else if (control_ != nullptr) {
     auto lock = control_->hold();
+    // + 1 ms: poll(2) counts whole milliseconds, and a sleep rounded down to 0 would spin.
     control_->poll(fds, k, static_cast<int>(sleep * 1000.0) + 1, ctx);
   } else {
     ::poll(fds, static_cast<nfds_t>(k), static_cast<int>(sleep * 1000.0) + 1);
