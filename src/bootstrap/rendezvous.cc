@@ -10,13 +10,14 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "bootstrap/error_context.h"
 #include "bootstrap/local_address.h"
 #include "bootstrap/rendezvous_internal.h"
 #include "common/env.h"
@@ -396,17 +397,7 @@ std::string fmt_seconds(double s) {
 }
 
 ErrorContext context_of(const ResolvedCluster& c, int peer) {
-  ErrorContext ctx;
-  ctx.rank = c.task_id;
-  ctx.world_size = c.num_workers;
-  ctx.task = c.task_name();
-  ctx.op = "rendezvous";
-  if (peer >= 0) {
-    ctx.peer_rank = peer;
-    ctx.peer_task = c.task_name_of_rank(peer);
-    if (peer < static_cast<int>(c.ring.size())) ctx.peer_address = c.ring[peer];
-  }
-  return ctx;
+  return peer_context(c, "rendezvous", peer);
 }
 
 // Sources whose addresses are exchanged at start-up rather than listed in a spec: every rank's

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/error_context.h"
 #include "bootstrap/mpi_runtime.h"
 #include "collective/backend/backend.h"
 #include "collective/communicator_factory.h"
@@ -178,11 +179,7 @@ class FrontEnd final : public Communicator {
   }
 
   ErrorContext context(const char* op, std::uint64_t seq) const {
-    ErrorContext ctx;
-    ctx.rank = rank();
-    ctx.world_size = world_size();
-    ctx.task = cluster_.task_name();
-    ctx.op = op;
+    ErrorContext ctx = bootstrap::task_context(cluster_, op);
     ctx.seq = static_cast<std::int64_t>(seq);
     ctx.timeout_seconds = timeout_;
     return ctx;

@@ -28,6 +28,7 @@
 #include <map>
 #include <vector>
 
+#include "bootstrap/error_context.h"
 #include "bootstrap/peer_info.h"
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/nccl_backend.h"
@@ -156,11 +157,7 @@ std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
   const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
   const double connect_timeout =
       positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
-  ErrorContext ctx;
-  ctx.rank = cluster.task_id;
-  ctx.world_size = cluster.num_workers;
-  ctx.task = cluster.task_name();
-  ctx.op = "nccl unique id";
+  ErrorContext ctx = bootstrap::task_context(cluster, "nccl unique id");
   ctx.transport = "nccl";
   // Note [nccl unique id]: rank 0 makes it and publishes it in its peer info.
   bootstrap::PeerInfo mine;
@@ -268,11 +265,7 @@ std::unique_ptr<DeviceCommunicator> nccl_over_engine(std::unique_ptr<Communicato
                                                      const CommunicatorOptions& options,
                                                      const NcclApi& api) {
   ResolvedCluster c = engine->cluster();
-  ErrorContext ctx;
-  ctx.rank = c.task_id;
-  ctx.world_size = c.num_workers;
-  ctx.task = c.task_name();
-  ctx.op = "nccl unique id";
+  ErrorContext ctx = bootstrap::task_context(c, "nccl unique id");
   ctx.transport = "nccl";
   NcclUniqueId id;
   // word 0: ncclGetUniqueId's status on rank 0; words 1..32: the id.
@@ -346,11 +339,7 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
   // others wait for it in their first collective.
   for (std::size_t i = 0; i < records.size(); ++i) {
     if (records[i].devices > 0) continue;
-    ErrorContext ctx;
-    ctx.rank = engine->rank();
-    ctx.world_size = engine->world_size();
-    ctx.task = engine->cluster().task_name();
-    ctx.op = "device communicator init";
+    ErrorContext ctx = bootstrap::task_context(engine->cluster(), "device communicator init");
     ctx.transport = "cuda";
     const int code = records[i].devices < 0 ? static_cast<int>(-records[i].devices) : 100;
     engine->finalize();  // in order: no peer takes this for a death

@@ -1,11 +1,11 @@
 #include "collective/mesh/socket_mesh.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
+#include "bootstrap/error_context.h"
 #include "bootstrap/handshake.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
@@ -18,15 +18,8 @@ using bootstrap::MessageKind;
 using nlohmann::json;
 
 ErrorContext mesh_context(const ResolvedCluster& c, int peer) {
-  ErrorContext ctx;
-  ctx.rank = c.task_id;
-  ctx.world_size = c.num_workers;
-  ctx.task = c.task_name();
-  ctx.op = "link setup";
+  ErrorContext ctx = bootstrap::peer_context(c, "link setup", peer);
   ctx.transport = "tcp";  // the mesh's connections are TCP, whatever carries the pair's data
-  ctx.peer_rank = peer;
-  ctx.peer_task = c.task_name_of_rank(peer);
-  ctx.peer_address = c.ring[static_cast<std::size_t>(peer)];
   return ctx;
 }
 

@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "bootstrap/error_context.h"
 #include "collective/communicator_factory.h"
 #include "collective/engine/message_channel.h"
 #include "common/env.h"
@@ -100,11 +101,8 @@ struct ParameterServerStrategy::Impl {
   ParameterServerStats stats;
 
   ErrorContext ctx(const char* op) const {
-    ErrorContext c;
-    c.rank = job.cluster.task_id;
-    c.world_size = job.cluster.num_workers;
-    c.task = cluster.task_name();
-    c.op = op;
+    ErrorContext c = bootstrap::task_context(job.cluster, op);
+    c.task = cluster.task_name();  // as the user named it: job.cluster is Note [ps job mesh]
     c.timeout_seconds = timeout;
     return c;
   }
