@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "bootstrap/error_context.h"
 #include "bootstrap/local_address.h"
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/engine_backend.h"
@@ -112,37 +113,38 @@ void check_descriptor_budgets(const ResolvedCluster& c,
                 "; raise its limit by at least " + std::to_string(b.total() - headroom);
   }
   if (first < 0) return;
-  ErrorContext ctx;
-  ctx.rank = c.task_id;
-  ctx.world_size = n;
-  ctx.task = c.task_name();
-  ctx.op = "link setup";
-  ctx.peer_rank = first;
-  ctx.peer_task = c.task_name_of_rank(first);
-  ctx.peer_address = peers[static_cast<std::size_t>(first)].address;
+  ErrorContext ctx = bootstrap::peer_context(c, "link setup", first);
+  ctx.peer_address = peers[static_cast<std::size_t>(first)].address;  // as that peer published it
   throw BootstrapError("out of file descriptors: " + short_of +
                            " (ulimit -n, systemd LimitNOFILE, docker --ulimit nofile; or fewer "
                            "TCP streams, MWMS_NSOCKS_PERPEER); every task stops",
                        ctx);
 }
 
-}  // namespace
+// What connect_job() reads from the options and the environment, every value checked before
+// anything connects (every rank alike, so a bad value fails every rank the same way).
+struct JobSettings {
+  double timeout = 0;
+  double connect_timeout = 0;
+  long long chunk = 0;
+  long long small = 0;
+  std::string transport;  // a table entry's name or "auto"
+  std::string forced;     // a forced algorithm, "" or "auto" for the selector's choice
+};
 
-ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
-  const double timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
-  const double connect_timeout =
-      positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
-  long long chunk = options.chunk_bytes > 0 ? static_cast<long long>(options.chunk_bytes)
-                                            : common::env_int("MWMS_CHUNK_BYTES");
-  if (chunk < 4096) throw InvalidArgument("chunk_bytes must be at least 4096");
-  long long small = options.small_message_bytes >= 0 ? options.small_message_bytes
-                                                    : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
-  if (small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
-  const std::string transport = transport_choice(options.transport);
-  // A forced algorithm must exist (checked before anything connects, on every rank alike).
-  const std::string forced =
-      options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
-  check_algorithm_name(forced);
+JobSettings read_settings(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
+  JobSettings s;
+  s.timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
+  s.connect_timeout = positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
+  s.chunk = options.chunk_bytes > 0 ? static_cast<long long>(options.chunk_bytes)
+                                    : common::env_int("MWMS_CHUNK_BYTES");
+  if (s.chunk < 4096) throw InvalidArgument("chunk_bytes must be at least 4096");
+  s.small = options.small_message_bytes >= 0 ? options.small_message_bytes
+                                             : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
+  if (s.small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
+  s.transport = transport_choice(options.transport);
+  s.forced = options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
+  check_algorithm_name(s.forced);
   for (const std::string& name : common::unknown_env_vars()) {
     MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
   }
@@ -151,57 +153,52 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
                           ") is its own world of one, but num_workers is " +
                           std::to_string(cluster.num_workers));
   }
-  const bool alone = cluster.num_workers <= 1 || !cluster.in_ring;
+  return s;
+}
 
-  // Phase 1: transports that publish an address before the exchange.
+TransportOptions transport_options(const ResolvedCluster& cluster, const JobSettings& s,
+                                   const CommunicatorOptions& options, bool alone) {
   TransportOptions topts;
   topts.rank = cluster.task_id;
   topts.world_size = cluster.num_workers;
-  topts.chunk_bytes = static_cast<std::size_t>(chunk) / 64 * 64;  // whole elements of any dtype
+  topts.chunk_bytes = static_cast<std::size_t>(s.chunk) / 64 * 64;  // whole elements of any dtype
   if (options.chunk_bytes > 0 || common::env_is_set("MWMS_CHUNK_BYTES")) {
     topts.mpi_piece_bytes = topts.chunk_bytes;  // an explicit chunk also sizes MPI's pieces
   }
   topts.job_fingerprint = cluster.cluster.fingerprint();
-  // Note [transport table]: under auto every automatic entry, else only the one named, offers
-  // itself; a transport this build, machine or setting does not offer publishes nothing.
-  std::map<std::string, std::unique_ptr<Transport>> local;  // by entry name
-  bootstrap::PeerInfo mine;
-  mine.transport = transport;
-  if (!alone) {
-    // Note [local peers before the exchange] (local_address.cc).
-    topts.may_share_host = transport != "auto" ||
+  // Note [local peers before the exchange] (local_address.cc).
+  if (!alone) {  // a world of one creates no transport
+    topts.may_share_host =
+        s.transport != "auto" ||
         bootstrap::may_share_host(cluster.ring, cluster.task_id, cluster.num_workers);
-    for (const TransportEntry& e : transport_table()) {
-      if (transport == "auto" ? !e.automatic : transport != e.name) continue;
-      std::unique_ptr<Transport> t = e.create(topts);
-      if (!t) continue;
-      mine.blobs[e.name] = t->local_address();
-      local[e.name] = std::move(t);
-    }
   }
-  mine.fd_headroom = alone ? -1 : common::descriptor_headroom();  // Note [descriptor budget]
-  bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout, mine);
-  // Without a launcher's local rank, the host ids of the exchange give it.
-  if (rv.cluster.source != ClusterSource::kMpi && !rv.peers.empty()) {
-    rv.cluster.local_rank = rv.peers[static_cast<std::size_t>(rv.cluster.task_id)].local_rank;
-  }
-  if (rv.cluster.is_chief) {
-    MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
-    for (const auto& var : common::env_registry()) {
-      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_value_for_log(var.name));
-    }
-  }
-  ConnectedJob job;
-  job.timeout_seconds = timeout;
-  job.engine.timeout_seconds = timeout;
-  if (alone) {
-    job.links.resize(1);  // a world of one still copies (reduce-scatter into recv, ...)
-    job.cluster = std::move(rv.cluster);
-    return job;
-  }
+  return topts;
+}
 
-  // Phase 2: a transport per pair; each checks its peers' blobs, then the mesh opens the control
-  // links and the sockets the transports ask for, then each transport connects its peers.
+using LocalTransports = std::map<std::string, std::unique_ptr<Transport>>;  // by entry name
+
+// Phase 1: the transports that publish an address in the peer-info exchange. Note [transport
+// table]: under auto every automatic entry, else only the one named, offers itself; a transport
+// this build, machine or setting does not offer publishes nothing.
+LocalTransports offer_transports(const std::string& transport, const TransportOptions& topts,
+                                 bootstrap::PeerInfo& mine) {
+  LocalTransports local;
+  for (const TransportEntry& e : transport_table()) {
+    if (transport == "auto" ? !e.automatic : transport != e.name) continue;
+    std::unique_ptr<Transport> t = e.create(topts);
+    if (!t) continue;
+    mine.blobs[e.name] = t->local_address();
+    local[e.name] = std::move(t);
+  }
+  return local;
+}
+
+// Phase 2: a transport per pair; each checks its peers' blobs, then the mesh opens the control
+// links and the sockets the transports ask for, then each transport connects its peers. Returns
+// the links in rank order (null for this rank) and the mesh's control sockets.
+std::vector<std::unique_ptr<Link>> connect_links(const bootstrap::RendezvousResult& rv,
+                                                 LocalTransports& local, double connect_timeout,
+                                                 MeshSockets& mesh, common::Deadline& deadline) {
   const ResolvedCluster& c = rv.cluster;
   const int n = c.num_workers;
   const std::vector<const TransportEntry*> chosen = choose_transports(c.task_id, rv.peers);
@@ -232,8 +229,8 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
     uses.emplace_back(t, std::move(peers));
   }
   check_descriptor_budgets(c, rv.peers);  // Note [descriptor budget] (common/descriptors.cc)
-  MeshSockets mesh = connect_mesh(c, rv.listener, plan, connect_timeout);
-  cctx.deadline = common::deadline_after(connect_timeout);
+  mesh = connect_mesh(c, rv.listener, plan, connect_timeout);
+  deadline = cctx.deadline = common::deadline_after(connect_timeout);
   cctx.sockets = &mesh.data;
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(n));
   for (auto& [t, peers] : uses) {
@@ -242,47 +239,93 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
       links[static_cast<std::size_t>(peers[i])] = std::move(got[i]);
     }
   }
+  return links;
+}
+
+// The control plane over the mesh's control sockets, after every rank's links are up (its ready
+// barrier), with the heartbeat running (Note [heartbeat], engine/control_plane.h).
+std::unique_ptr<ControlPlane> start_control_plane(const bootstrap::RendezvousResult& rv,
+                                                  MeshSockets& mesh, common::Deadline deadline) {
+  const ResolvedCluster& c = rv.cluster;
   PeerNames names;
   names.addresses = c.ring;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < c.num_workers; ++r) {
     names.tasks.push_back(c.task_name_of_rank(r));
     const bootstrap::PeerInfo& p = rv.peers[static_cast<std::size_t>(r)];
     const bool here = p.host_id == rv.peers[static_cast<std::size_t>(c.task_id)].host_id;
     names.processes.push_back(here && r != c.task_id ? p.process : std::string());
   }
   auto control = std::make_unique<ControlPlane>(c.task_id, std::move(mesh.control), names);
-  ErrorContext setup;
-  setup.rank = c.task_id;
-  setup.world_size = n;
-  setup.task = c.task_name();
-  setup.op = "link setup";
-  control->ready_barrier(cctx.deadline, setup);
-  // Note [heartbeat] (engine/control_plane.h).
+  const ErrorContext setup = bootstrap::task_context(c, "link setup");
+  control->ready_barrier(deadline, setup);
   const double heartbeat = common::env_double("MWMS_HEARTBEAT_SECONDS");
   if (heartbeat < 0) throw InvalidArgument("MWMS_HEARTBEAT_SECONDS must be >= 0", setup);
-  ErrorContext live = setup;
-  live.op = "heartbeat";
-  control->start_heartbeat(heartbeat, live);
+  control->start_heartbeat(heartbeat, bootstrap::task_context(c, "heartbeat"));
+  return control;
+}
 
-  EngineOptions& eopts = job.engine;
-  eopts.runner.chunk_bytes = topts.chunk_bytes;
+EngineOptions engine_options(const bootstrap::RendezvousResult& rv, const JobSettings& s,
+                             std::size_t chunk_bytes) {
+  const ResolvedCluster& c = rv.cluster;
+  EngineOptions eopts;
+  eopts.timeout_seconds = s.timeout;
+  eopts.runner.chunk_bytes = chunk_bytes;
   eopts.runner.spin_seconds =
       static_cast<double>(common::env_int("MWMS_SPIN_MICROSECONDS")) * 1e-6;
   // Note [stall warning] (engine/plan_runner.cc): unset, at most a quarter of the timeout.
   double stall_warn = common::env_double("MWMS_STALL_WARN_SECONDS");
-  if (stall_warn < 0) throw InvalidArgument("MWMS_STALL_WARN_SECONDS must be >= 0", setup);
+  if (stall_warn < 0) {
+    throw InvalidArgument("MWMS_STALL_WARN_SECONDS must be >= 0",
+                          bootstrap::task_context(c, "link setup"));
+  }
   if (!common::env_is_set("MWMS_STALL_WARN_SECONDS")) {
-    stall_warn = std::min(stall_warn, timeout / 4);
+    stall_warn = std::min(stall_warn, s.timeout / 4);
   }
   eopts.runner.stall_warn_seconds = stall_warn;
   eopts.runner.yield_while_spinning =
       rv.peers[static_cast<std::size_t>(c.task_id)].local_size > usable_cores();
-  eopts.selector.forced = forced;
-  eopts.selector.small_message_bytes = static_cast<std::size_t>(small);
+  eopts.selector.forced = s.forced;
+  eopts.selector.small_message_bytes = static_cast<std::size_t>(s.small);
   eopts.topology = topology_of(rv.peers);
   eopts.hosts = host_layout_of(rv.peers);
-  job.links = std::move(links);
-  job.control = std::move(control);
+  return eopts;
+}
+
+}  // namespace
+
+ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
+  const JobSettings s = read_settings(cluster, options);
+  const bool alone = cluster.num_workers <= 1 || !cluster.in_ring;
+  const TransportOptions topts = transport_options(cluster, s, options, alone);
+  bootstrap::PeerInfo mine;
+  mine.transport = s.transport;
+  LocalTransports local;
+  if (!alone) local = offer_transports(s.transport, topts, mine);
+  mine.fd_headroom = alone ? -1 : common::descriptor_headroom();  // Note [descriptor budget]
+  bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, s.connect_timeout, mine);
+  // Without a launcher's local rank, the host ids of the exchange give it.
+  if (rv.cluster.source != ClusterSource::kMpi && !rv.peers.empty()) {
+    rv.cluster.local_rank = rv.peers[static_cast<std::size_t>(rv.cluster.task_id)].local_rank;
+  }
+  if (rv.cluster.is_chief) {
+    MWMS_LOG_INFO(kInit, "libmwms " << MWMS_VERSION_STRING);
+    for (const auto& var : common::env_registry()) {
+      MWMS_LOG_INFO(kEnv, var.name << " " << common::env_value_for_log(var.name));
+    }
+  }
+  ConnectedJob job;
+  job.timeout_seconds = s.timeout;
+  job.engine.timeout_seconds = s.timeout;
+  if (alone) {
+    job.links.resize(1);  // a world of one still copies (reduce-scatter into recv, ...)
+    job.cluster = std::move(rv.cluster);
+    return job;
+  }
+  MeshSockets mesh;
+  common::Deadline deadline;
+  job.links = connect_links(rv, local, s.connect_timeout, mesh, deadline);
+  job.control = start_control_plane(rv, mesh, deadline);
+  job.engine = engine_options(rv, s, topts.chunk_bytes);
   job.peers = std::move(rv.peers);
   job.cluster = std::move(rv.cluster);
   return job;
