@@ -246,22 +246,8 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   // While spinning, look at the clock every 16th round only: a read costs as much as a poll, and
   // a small collective that completes within 16 rounds never reads it (Note [idle time]).
   if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
-    if (st.notice_sent && st.progress != st.progress_seen) {
-      // Note [stall blame]: moving again; the edge this rank announced is gone.
-      control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
-      st.notice_sent = false;
-    }
-    if ((st.spins & 15) == 0) {
-      st.progress_seen = st.progress;
-      st.warns = 0;
-      st.last_progress = common::Clock::now();
-      if (st.start == common::Clock::time_point{}) st.start = st.last_progress;
-    }
-    if (options_.yield_while_spinning) {
-      sched_yield();
-    } else {
-      cpu_relax();
-    }
+    note_progress(st, ctx);
+    relax();
     return;
   }
   const double idle = since(st.last_progress);
@@ -273,11 +259,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   const bool want_write = st.s < st.n && !gated_send;
   const int waited = want_read ? ts[st.r].recv_peer : (st.s < st.n ? ts[st.s].send_peer : -1);
   if (idle < options_.spin_seconds) {
-    if (options_.yield_while_spinning) {
-      sched_yield();
-    } else {
-      cpu_relax();
-    }
+    relax();
     return;
   }
   // Waiting for a whole chunk that a small link buffer (or a lazily returned one) cannot hold:
@@ -287,35 +269,72 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
     st.force_partial = true;
     return;
   }
-  const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
-  if (waited >= 0) watch_stall(st, seq, waited, idle, ctx);
+  if (waited >= 0) watch_stall(st, static_cast<std::uint64_t>(ctx.seq), waited, idle, ctx);
   const double left = st.timeout - idle;
-  if (left <= 0) {
-    int peer = control_ != nullptr ? control_->blame(waited) : waited;
-    std::string via;
-    if (peer != waited) via = " (rank " + std::to_string(waited) + " is waiting for it too)";
-    ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
-    c.peer_rank = peer;
-    c.elapsed_seconds = since(st.start);
-    c.timeout_seconds = st.timeout;
-    if (waited >= 0) c.transport = link_to(waited, ctx).caps().name;
-    throw TimeoutError("no progress from rank " + std::to_string(peer) + " for " +
-                           std::to_string(static_cast<int>(st.timeout)) + " s" + via +
-                           " (the peer is stalled, overloaded or stuck before this collective)",
-                       c);
+  if (left <= 0) throw_timeout(st, waited, ctx);
+  if (control_ != nullptr) check_peers(st, waited, idle, ctx);
+  sleep_on_links(want_read ? &link_to(ts[st.r].recv_peer, ctx) : nullptr,
+                 want_write ? &link_to(ts[st.s].send_peer, ctx) : nullptr, left, ctx);
+}
+
+// The spin side of wait(): progress since the last look ends a stall notice and restarts the
+// idle clock (read on every 16th round only, Note [idle time]).
+void PlanRunner::note_progress(State& st, const ErrorContext& ctx) {
+  if (st.notice_sent && st.progress != st.progress_seen) {
+    // Note [stall blame]: moving again; the edge this rank announced is gone.
+    control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
+    st.notice_sent = false;
   }
-  if (control_ != nullptr) throw_if_finalized(seq, ctx);
-  if (control_ != nullptr && control_->gave_up()) {
+  if ((st.spins & 15) == 0) {
+    st.progress_seen = st.progress;
+    st.warns = 0;
+    st.last_progress = common::Clock::now();
+    if (st.start == common::Clock::time_point{}) st.start = st.last_progress;
+  }
+}
+
+// One spin round: with more ranks than cores on the host a pause would burn the time slice the
+// peer needs to make the progress this rank waits for, so it yields instead.
+void PlanRunner::relax() const {
+  if (options_.yield_while_spinning) {
+    sched_yield();
+  } else {
+    cpu_relax();
+  }
+}
+
+void PlanRunner::throw_timeout(const State& st, int waited, const ErrorContext& ctx) {
+  // Note [stall blame]: the rank at the end of the waiting chain, not the one next to us.
+  const int peer = control_ != nullptr ? control_->blame(waited) : waited;
+  std::string via;
+  if (peer != waited) via = " (rank " + std::to_string(waited) + " is waiting for it too)";
+  ErrorContext c = control_ != nullptr ? control_->with_peer(ctx, peer) : ctx;
+  c.peer_rank = peer;
+  c.elapsed_seconds = since(st.start);
+  c.timeout_seconds = st.timeout;
+  if (waited >= 0) c.transport = link_to(waited, ctx).caps().name;
+  throw TimeoutError("no progress from rank " + std::to_string(peer) + " for " +
+                         std::to_string(static_cast<int>(st.timeout)) + " s" + via +
+                         " (the peer is stalled, overloaded or stuck before this collective)",
+                     c);
+}
+
+// Throws when the control plane knows the collective cannot complete: a peer finalized before
+// it, this process aborted, or the awaited peer is lost, dead or closed its control link.
+void PlanRunner::check_peers(const State& st, int waited, double idle, const ErrorContext& ctx) {
+  const std::uint64_t seq = static_cast<std::uint64_t>(ctx.seq);
+  throw_if_finalized(seq, ctx);
+  if (control_->gave_up()) {
     // Note [local abort] (control_plane.h): another thread of this process aborted.
     throw InvalidUsage("communicator aborted by this process while rank " +
                            std::to_string(ctx.rank) + " waited in " + ctx.op + " seq " +
                            std::to_string(seq) + ": " + control_->gave_up_reason(),
                        ctx);
   }
-  if (control_ != nullptr && waited >= 0 && control_->lost(waited)) throw_lost(st, waited, ctx);
+  if (waited < 0) return;
+  if (control_->lost(waited)) throw_lost(st, waited, ctx);
   // Note [dead process]: only a wait without progress for a while looks (it reads /proc).
-  if (control_ != nullptr && waited >= 0 && idle >= ControlPlane::kProcessCheckSeconds &&
-      control_->process_gone(waited)) {
+  if (idle >= ControlPlane::kProcessCheckSeconds && control_->process_gone(waited)) {
     ErrorContext c = control_->with_peer(ctx, waited);  // Note [dead process] (peer_info.cc)
     c.transport = link_to(waited, ctx).caps().name;
     c.elapsed_seconds = since(st.start);
@@ -327,8 +346,7 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
   // dead only if the links were polled after the close was seen and nothing moved, so this is
   // checked before sleeping, never right after the poll that saw the close. A peer that
   // finalized after this collective completed it: its bytes are in the links (Note [finalize]).
-  if (control_ != nullptr && waited >= 0 && control_->closed(waited) &&
-      link_to(waited, ctx).wait_fd() < 0 &&
+  if (control_->closed(waited) && link_to(waited, ctx).wait_fd() < 0 &&
       control_->finalized_after(waited) <= static_cast<std::int64_t>(seq)) {
     ErrorContext c = control_->with_peer(ctx, waited);
     c.transport = link_to(waited, ctx).caps().name;
@@ -338,29 +356,32 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
                     std::to_string(seq) + ": it shut down before seq " + std::to_string(seq) +
                     " completed, or its process died or aborted", c);
   }
+}
+
+// Sleeps until `reader` may read or `writer` write (either may be null), at most `left` seconds
+// and 100 ms, so the caller's deadline and the control plane are looked at again soon.
+void PlanRunner::sleep_on_links(Link* reader, Link* writer, double left, const ErrorContext& ctx) {
   pollfd fds[2];
   int k = 0;
   Link* sleeper = nullptr;
-  if (want_read) {
-    Link& l = link_to(ts[st.r].recv_peer, ctx);
-    if (l.wait_fd() >= 0) {
-      fds[k++] = {l.wait_fd(), l.wait_events(POLLIN), 0};
+  if (reader != nullptr) {
+    if (reader->wait_fd() >= 0) {
+      fds[k++] = {reader->wait_fd(), reader->wait_events(POLLIN), 0};
     } else {
-      sleeper = &l;
+      sleeper = reader;
     }
   }
-  if (want_write) {
-    Link& l = link_to(ts[st.s].send_peer, ctx);
-    if (l.wait_fd() >= 0) {
-      fds[k++] = {l.wait_fd(), l.wait_events(POLLOUT), 0};
+  if (writer != nullptr) {
+    if (writer->wait_fd() >= 0) {
+      fds[k++] = {writer->wait_fd(), writer->wait_events(POLLOUT), 0};
     } else if (sleeper == nullptr) {
-      sleeper = &l;
+      sleeper = writer;
     }
   }
   if (sleeper != nullptr) {
     // Links without a descriptor (shared memory) sleep on their doorbell briefly, then the
     // control plane is looked at without waiting, so a dead peer is noticed within ~10 ms.
-    sleeper->wait(std::min(left, 0.01), want_write, want_read);
+    sleeper->wait(std::min(left, 0.01), writer != nullptr, reader != nullptr);
     if (control_ != nullptr) control_->poll(fds, k, 0, ctx);
   } else if (control_ != nullptr) {
     // Data first: an abort only interrupts a rank that cannot make progress.

@@ -46,6 +46,11 @@ class PlanRunner {
   bool pump_recv(const Plan& plan, State& st, const ErrorContext& ctx);
   void consume(const Plan& plan, State& st, Link& link);
   void wait(const Plan& plan, State& st, const ErrorContext& ctx);
+  void note_progress(State& st, const ErrorContext& ctx);
+  void relax() const;
+  [[noreturn]] void throw_timeout(const State& st, int waited, const ErrorContext& ctx);
+  void check_peers(const State& st, int waited, double idle, const ErrorContext& ctx);
+  void sleep_on_links(Link* reader, Link* writer, double left, const ErrorContext& ctx);
   void watch_stall(State& st, std::uint64_t seq, int waited, double idle, const ErrorContext& ctx);
   [[noreturn]] void throw_lost(const State& st, int waited, const ErrorContext& ctx);
   void warn_stall(std::uint64_t seq, int waited, double idle, double timeout,
