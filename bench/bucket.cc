@@ -59,7 +59,7 @@ BucketRow run_host(const std::vector<std::size_t>& counts, const BucketOptions& 
     throw InvalidArgument("--backend " + options.backend + ": cannot set MWMS_TRANSPORT");
   }
   CommunicationOptions copts;
-  copts.bytes_per_pack = options.bytes_per_pack;  // 0: MWMS_BYTES_PER_PACK
+  if (options.bytes_per_pack > 0) copts.bytes_per_pack = options.bytes_per_pack;  // else MWMS_*
   MultiWorkerMirroredStrategy strategy(resolve_from_environment(), copts);
   Communicator& comm = strategy.communicator();
   try {
@@ -128,7 +128,7 @@ BucketRow run_host(const std::vector<std::size_t>& counts, const BucketOptions& 
     }
     row.type = std::string(to_string(options.dtype));
     row.redop = std::string(to_string(options.op));
-    row.buckets = count_buckets(tensor_bytes, strategy.options().bytes_per_pack);
+    row.buckets = count_buckets(tensor_bytes, *strategy.options().bytes_per_pack);
     const double factor = 2.0 * (n - 1) / n;
     row.bucketed_time_us = times[0];
     row.bucketed_busbw = gb_per_s(static_cast<double>(row.bytes), times[0]) * factor;
@@ -139,7 +139,7 @@ BucketRow run_host(const std::vector<std::size_t>& counts, const BucketOptions& 
     info->ranks = n;
     info->backend = requested_backend_name(options);
     info->describe = comm.describe();
-    info->bytes_per_pack = strategy.options().bytes_per_pack;
+    info->bytes_per_pack = *strategy.options().bytes_per_pack;
     info->iters = options.iters;
     info->warmup_iters = options.warmup_iters;
     *leader = comm.rank() == 0;

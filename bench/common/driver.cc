@@ -338,7 +338,7 @@ void check_compare_gloo(const CollectiveDescriptor& collective, const BenchOptio
 int run_with_communicator(const CollectiveDescriptor& collective, const BenchOptions& options) {
   CommunicatorOptions comm_options;
   comm_options.implementation = Implementation::kAuto;  // what users get by default
-  comm_options.transport = transport_choice(options);   // kFromEnvironment without --backend
+  comm_options.transport = transport_choice(options);  // unset without --backend
   std::unique_ptr<Communicator> comm =
       Communicator::create(resolve_from_environment(), comm_options);
   if (options.compare_mpi && mpi::world_size() != comm->world_size()) {

@@ -99,12 +99,12 @@ void check_backend(std::string_view text) {
                         "': not a backend (valid: auto, tcp, shm, mpi, nccl)");
 }
 
-TransportChoice transport_choice(const BenchOptions& options) {
+std::optional<TransportChoice> transport_choice(const BenchOptions& options) {
   if (options.backend == "auto") return TransportChoice::kAuto;
   if (options.backend == "tcp") return TransportChoice::kTcp;
   if (options.backend == "shm") return TransportChoice::kShm;
   if (options.backend == "mpi") return TransportChoice::kMpi;
-  return TransportChoice::kFromEnvironment;  // flag absent, or nccl (no engine transport)
+  return std::nullopt;  // flag absent, or nccl (no engine transport): MWMS_TRANSPORT
 }
 
 std::string requested_backend(const BenchOptions& options) {

@@ -49,9 +49,9 @@ struct ToolFlags {
 std::optional<BenchOptions> parse_options(int argc, char** argv, std::string_view program,
                                           bool print, int* exit_status, ToolFlags tool = {});
 
-/// The CommunicatorOptions::transport for --backend: kFromEnvironment when the flag is absent
+/// The CommunicatorOptions::transport for --backend: unset (MWMS_TRANSPORT) when the flag is absent
 /// (and for nccl, which has no engine transport).
-TransportChoice transport_choice(const BenchOptions& options);
+std::optional<TransportChoice> transport_choice(const BenchOptions& options);
 
 /// True for --backend nccl: the run is on device buffers (bench/common/device_bench.h).
 bool device_backend(const BenchOptions& options);

@@ -302,10 +302,11 @@ Flags evaluator_flags(const Flags& f, const mwms::ResolvedCluster& cluster) {
 std::unique_ptr<mwms::MultiWorkerMirroredStrategy> make_strategy(
     const Flags& f, const mwms::ResolvedCluster& cluster) {
   mwms::CommunicationOptions options;
-  options.bytes_per_pack = f.bytes_per_pack;
+  // --bytes_per_pack 0 and --timeout_seconds 0 leave the option unset (MWMS_* decides).
+  if (f.bytes_per_pack > 0) options.bytes_per_pack = f.bytes_per_pack;
   // Overlap needs buckets smaller than the 0.8 MB gradient to have something to overlap.
-  if (f.train.overlap_blocks > 0 && options.bytes_per_pack == 0) options.bytes_per_pack = 128 << 10;
-  options.timeout_seconds = f.timeout_seconds;
+  if (f.train.overlap_blocks > 0 && !options.bytes_per_pack) options.bytes_per_pack = 128 << 10;
+  if (f.timeout_seconds > 0) options.timeout_seconds = f.timeout_seconds;
   options.compression = f.compression == "fp16"   ? mwms::Compression::kFloat16
                         : f.compression == "bf16" ? mwms::Compression::kBFloat16
                                                   : mwms::Compression::kNone;
@@ -354,7 +355,7 @@ mwms::ParameterServerOptions ps_options(const Flags& f) {
   options.sync_replicas = f.sync_replicas;
   options.replicas_to_aggregate = f.replicas_to_aggregate;
   options.max_staleness = f.max_staleness;
-  options.timeout_seconds = f.timeout_seconds;
+  if (f.timeout_seconds > 0) options.timeout_seconds = f.timeout_seconds;
   options.optimizer.kind = mwms::parse_optimizer(f.optimizer);
   options.optimizer.learning_rate = f.train.learning_rate;
   options.optimizer.momentum = f.train.momentum;
@@ -549,7 +550,7 @@ int run(const Flags& flags) {
   std::unique_ptr<mwms::DeviceCommunicator> device_comm;
   if (f.device == "gpu") {
     mwms::CommunicatorOptions options;
-    options.timeout_seconds = f.timeout_seconds;
+    if (f.timeout_seconds > 0) options.timeout_seconds = f.timeout_seconds;
     device_comm = mwms::DeviceCommunicator::create(cluster, options);
   }
   auto strategy = make_strategy(f, cluster);

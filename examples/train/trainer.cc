@@ -115,7 +115,7 @@ void Trainer::add_replica() {
   // place instead of copying everything into a pack buffer and back on every step; only a
   // bytes_per_pack smaller than the whole gradient needs the per-layer tensors.
   float* grads = model.gradients().data();
-  const std::size_t pack = strategy_.options().bytes_per_pack;
+  const std::size_t pack = *strategy_.options().bytes_per_pack;  // set: options() is resolved
   if (config_.overlap_blocks > 0) {
     for (const TensorSlot& slot : model.backprop_order(config_.overlap_blocks)) {
       rep.sync_tensors.push_back(TensorRef{grads + slot.offset, slot.count, DataType::kFloat32});

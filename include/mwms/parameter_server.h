@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,15 +68,16 @@ struct MWMS_API ParameterServerOptions {
   /// Asynchronous mode: a worker whose pushes are more than this many ahead of the slowest live
   /// worker waits (stale-synchronous parallel); -1: no bound.
   int max_staleness = -1;
-  /// Deadline of every wait for a peer, in seconds; <= 0 uses MWMS_TIMEOUT_SECONDS. A
-  /// synchronous worker waiting for its step, or an SSP worker held back, waits at most this
-  /// long without any progress of the job before failing with TimeoutError.
-  double timeout_seconds = 0;
-  /// How long the rendezvous keeps trying to reach every task; <= 0 uses
-  /// MWMS_CONNECT_TIMEOUT_SECONDS.
-  double connect_timeout_seconds = 0;
-  /// Transport of the links; kFromEnvironment reads MWMS_TRANSPORT.
-  TransportChoice transport = TransportChoice::kFromEnvironment;
+  /// Deadline of every wait for a peer, in seconds, > 0. Unset: MWMS_TIMEOUT_SECONDS (<= 0
+  /// still means unset, deprecated: Note [option sentinels], mwms/options.h). A synchronous
+  /// worker waiting for its step, or an SSP worker held back, waits at most this long without
+  /// any progress of the job before failing with TimeoutError.
+  std::optional<double> timeout_seconds;
+  /// How long the rendezvous keeps trying to reach every task, in seconds, > 0. Unset:
+  /// MWMS_CONNECT_TIMEOUT_SECONDS (<= 0 still means unset, deprecated).
+  std::optional<double> connect_timeout_seconds;
+  /// Transport of the links. Unset: MWMS_TRANSPORT (default auto).
+  std::optional<TransportChoice> transport;
 };
 
 /// What a task measured (workers: their own pushes; ps: what it served). Counters only grow.

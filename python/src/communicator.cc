@@ -88,8 +88,8 @@ class PyWork {
   const char* op_;
 };
 
-TransportChoice to_transport(const std::optional<std::string>& name) {
-  if (!name) return TransportChoice::kFromEnvironment;
+std::optional<TransportChoice> to_transport(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;  // MWMS_TRANSPORT
   if (*name == "auto") return TransportChoice::kAuto;
   if (*name == "tcp") return TransportChoice::kTcp;
   if (*name == "shm") return TransportChoice::kShm;
@@ -253,10 +253,11 @@ void bind_communicator(nb::module_& m) {
       "the block raises).");
   cls.def(
       "__init__",
-      [](Self* self, std::optional<ResolvedCluster> cluster, double timeout_seconds,
-         double connect_timeout_seconds, std::optional<std::string> transport,
-         const std::string& algorithm, std::size_t chunk_bytes, long long small_message_bytes) {
-        CommunicatorOptions o;
+      [](Self* self, std::optional<ResolvedCluster> cluster, std::optional<double> timeout_seconds,
+         std::optional<double> connect_timeout_seconds, std::optional<std::string> transport,
+         std::optional<std::string> algorithm, std::optional<std::size_t> chunk_bytes,
+         std::optional<long long> small_message_bytes) {
+        CommunicatorOptions o;  // None: unset (Note [option sentinels], mwms/options.h)
         o.timeout_seconds = timeout_seconds;
         o.connect_timeout_seconds = connect_timeout_seconds;
         o.transport = to_transport(transport);
@@ -265,18 +266,20 @@ void bind_communicator(nb::module_& m) {
         o.small_message_bytes = small_message_bytes;
         new (self) PyCommunicator(cluster ? *cluster : resolve_from_environment(), o);
       },
-      nb::arg("cluster") = nb::none(), nb::kw_only(), nb::arg("timeout_seconds") = 0.0,
-      nb::arg("connect_timeout_seconds") = 0.0, nb::arg("transport") = nb::none(),
-      nb::arg("algorithm") = "", nb::arg("chunk_bytes") = 0,
-      nb::arg("small_message_bytes") = -1,
+      nb::arg("cluster") = nb::none(), nb::kw_only(), nb::arg("timeout_seconds") = nb::none(),
+      nb::arg("connect_timeout_seconds") = nb::none(), nb::arg("transport") = nb::none(),
+      nb::arg("algorithm") = nb::none(), nb::arg("chunk_bytes") = nb::none(),
+      nb::arg("small_message_bytes") = nb::none(),
       "Forms the ring of ``cluster`` (default: :func:`resolve`): rendezvous with every task and "
       "a link to every peer (shared memory on one host, TCP between hosts). Blocks until every "
-      "rank has connected or ``connect_timeout_seconds`` (<= 0: MWMS_CONNECT_TIMEOUT_SECONDS, "
-      "60) passed. ``timeout_seconds`` (<= 0: MWMS_TIMEOUT_SECONDS, 300) is the deadline of "
+      "rank has connected or ``connect_timeout_seconds`` (None: MWMS_CONNECT_TIMEOUT_SECONDS, "
+      "60) passed. ``timeout_seconds`` (None: MWMS_TIMEOUT_SECONDS, 300) is the deadline of "
       "every collective; ``transport`` is ``'auto'``, ``'tcp'``, ``'shm'``, ``'mpi'`` or None "
       "(MWMS_TRANSPORT); ``algorithm`` forces ``'ring'``, ``'rd'``, ``'rhd'``, ``'gather'`` "
-      "(empty: MWMS_ALGO); ``chunk_bytes`` (0: MWMS_CHUNK_BYTES) and ``small_message_bytes`` "
-      "(-1: MWMS_SMALL_MESSAGE_BYTES) as in C++ CommunicatorOptions. Interruptible by Ctrl-C.\n\n"
+      "(None: MWMS_ALGO); ``chunk_bytes`` (None: MWMS_CHUNK_BYTES) and ``small_message_bytes`` "
+      "(None: MWMS_SMALL_MESSAGE_BYTES) as in C++ CommunicatorOptions. Every None is the only "
+      "'not set' (the old 0, -1 and '' still mean None for one release, deprecated). "
+      "Interruptible by Ctrl-C.\n\n"
       ":raises BootstrapError: a peer never came up, a port in use, differing cluster views.");
   cls.def_prop_ro("rank", [](Self& s) { return s.comm().rank(); },
                   "This process's rank, in [0, world_size).")

@@ -100,9 +100,9 @@ void bind_strategy(nb::module_& m) {
   cls.def(
       "__init__",
       [](PyStrategy* self, std::optional<ResolvedCluster> cluster,
-         const std::string& implementation, std::size_t bytes_per_pack, double timeout_seconds,
-         const std::string& compression) {
-        CommunicationOptions o;
+         const std::string& implementation, std::optional<std::size_t> bytes_per_pack,
+         std::optional<double> timeout_seconds, const std::string& compression) {
+        CommunicationOptions o;  // None: unset (Note [option sentinels], mwms/options.h)
         o.implementation = to_implementation(implementation);
         o.bytes_per_pack = bytes_per_pack;
         o.timeout_seconds = timeout_seconds;
@@ -110,14 +110,15 @@ void bind_strategy(nb::module_& m) {
         new (self) PyStrategy(cluster ? *cluster : resolve_from_environment(), o);
       },
       nb::arg("cluster") = nb::none(), nb::kw_only(), nb::arg("implementation") = "auto",
-      nb::arg("bytes_per_pack") = 0, nb::arg("timeout_seconds") = 0.0,
+      nb::arg("bytes_per_pack") = nb::none(), nb::arg("timeout_seconds") = nb::none(),
       nb::arg("compression") = "none",
       "Resolves the cluster (default: :func:`resolve`) and forms the ring; blocks until every "
       "worker has connected. Options as tf.distribute.experimental.CommunicationOptions: "
       "``implementation`` (``'auto'``, ``'ring'``; ``'nccl'`` needs GPU buffers, not bound), "
-      "``bytes_per_pack`` (0: MWMS_BYTES_PER_PACK, 4 MiB), ``timeout_seconds`` (<= 0: "
-      "MWMS_TIMEOUT_SECONDS), ``compression`` of float32 gradients on the wire (``'none'``, "
-      "``'fp16'``, ``'bf16'``).\n\n:raises BootstrapError: as Communicator().");
+      "``bytes_per_pack`` (None: MWMS_BYTES_PER_PACK, 4 MiB), ``timeout_seconds`` (None: "
+      "MWMS_TIMEOUT_SECONDS; 0 still means None, deprecated), ``compression`` of float32 "
+      "gradients on the wire (``'none'``, ``'fp16'``, ``'bf16'``).\n\n:raises BootstrapError: as "
+      "Communicator().");
   cls.def_prop_ro("num_replicas_in_sync",
                   [](PyStrategy& s) { return s.get().num_replicas_in_sync(); },
                   "Replicas across all workers (one per worker).")
@@ -130,10 +131,10 @@ void bind_strategy(nb::module_& m) {
       .def_prop_ro("cluster", [](PyStrategy& s) { return s.get().cluster(); },
                    "The resolved cluster.")
       .def_prop_ro("bytes_per_pack",
-                   [](PyStrategy& s) { return s.get().options().bytes_per_pack; },
+                   [](PyStrategy& s) { return *s.get().options().bytes_per_pack; },
                    "Bucket size in effect, in bytes.")
       .def_prop_ro("timeout_seconds",
-                   [](PyStrategy& s) { return s.get().options().timeout_seconds; },
+                   [](PyStrategy& s) { return *s.get().options().timeout_seconds; },
                    "Deadline in effect for every collective, in seconds.")
       .def_prop_ro("all_reduce_seconds",
                    [](PyStrategy& s) { return s.get().all_reduce_seconds(); },

@@ -121,6 +121,34 @@ def test_finalized_and_context_manager():
     assert isinstance(info.value, mwms.Error) and info.value.op == "barrier"
 
 
+def test_options_none_is_unset_and_old_sentinels_still_work():
+    """Note [option sentinels]: None is the one 'not set' (the defaults); the 0.x spellings 0,
+    -1 and '' still read as unset for one release; a set value is taken."""
+    one = mwms.resolve("{}")
+    for kwargs in ({},
+                   dict(timeout_seconds=None, connect_timeout_seconds=None, transport=None,
+                        algorithm=None, chunk_bytes=None, small_message_bytes=None),
+                   dict(timeout_seconds=0, connect_timeout_seconds=0, algorithm="",
+                        chunk_bytes=0, small_message_bytes=-1),
+                   dict(timeout_seconds=5.0, chunk_bytes=8192, small_message_bytes=0)):
+        with mwms.Communicator(one, **kwargs) as c:
+            a = np.arange(5, dtype=np.float32)
+            c.all_reduce(a)
+            assert a.tolist() == [0, 1, 2, 3, 4], kwargs
+    with pytest.raises(mwms.InvalidArgument, match="chunk_bytes must be at least 4096"):
+        mwms.Communicator(one, chunk_bytes=1024)
+    s = mwms.MultiWorkerMirroredStrategy(one, bytes_per_pack=None, timeout_seconds=None)
+    try:  # resolved to the values in effect (the MWMS_* defaults here)
+        assert s.bytes_per_pack > 0 and s.timeout_seconds > 0
+    finally:
+        s.finalize()
+    s = mwms.MultiWorkerMirroredStrategy(one, bytes_per_pack=4096, timeout_seconds=7.0)
+    try:
+        assert s.bytes_per_pack == 4096 and s.timeout_seconds == 7.0
+    finally:
+        s.finalize()
+
+
 def test_error_hierarchy():
     for cls in (mwms.InvalidArgument, mwms.InvalidUsage, mwms.BootstrapError,
                 mwms.TimeoutError, mwms.PeerError, mwms.CollectiveMismatchError,

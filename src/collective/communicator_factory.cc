@@ -11,6 +11,7 @@
 #include "bootstrap/rendezvous.h"
 #include "collective/backend/engine_backend.h"
 #include "collective/mesh/socket_mesh.h"
+#include "collective/option_values.h"
 #include "collective/transport/transport.h"
 #include "common/descriptors.h"
 #include "common/env.h"
@@ -22,20 +23,15 @@ namespace mwms::collective {
 
 namespace {
 
-double positive_or(double value, const char* env_name) {
-  return value > 0 ? value : common::env_double(env_name);
-}
-
 // The table entry's name (or "auto") that CommunicatorOptions::transport or MWMS_TRANSPORT names
 // (Note [transport table]). @throws InvalidArgument for a MWMS_TRANSPORT the table does not know.
-std::string transport_choice(TransportChoice c) {
-  switch (c) {
-    case TransportChoice::kAuto: return "auto";
-    case TransportChoice::kTcp: return "tcp";
-    case TransportChoice::kShm: return "shm";
-    case TransportChoice::kMpi: return "mpi";
-    case TransportChoice::kFromEnvironment: break;
-  }
+std::string transport_choice(const std::optional<TransportChoice>& choice) {
+  const std::optional<TransportChoice> c =
+      transport_option(choice, "CommunicatorOptions::transport");
+  if (c == TransportChoice::kAuto) return "auto";
+  if (c == TransportChoice::kTcp) return "tcp";
+  if (c == TransportChoice::kShm) return "shm";
+  if (c == TransportChoice::kMpi) return "mpi";
   std::string value = common::env_string("MWMS_TRANSPORT");
   check_transport_choice(value);
   return value;
@@ -134,16 +130,18 @@ struct JobSettings {
 
 JobSettings read_settings(const ResolvedCluster& cluster, const CommunicatorOptions& options) {
   JobSettings s;
-  s.timeout = positive_or(options.timeout_seconds, "MWMS_TIMEOUT_SECONDS");
-  s.connect_timeout = positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
-  s.chunk = options.chunk_bytes > 0 ? static_cast<long long>(options.chunk_bytes)
-                                    : common::env_int("MWMS_CHUNK_BYTES");
+  s.timeout = seconds_option(options.timeout_seconds, "CommunicatorOptions::timeout_seconds",
+                             "MWMS_TIMEOUT_SECONDS");
+  s.connect_timeout = seconds_option(options.connect_timeout_seconds,
+                                     "CommunicatorOptions::connect_timeout_seconds",
+                                     "MWMS_CONNECT_TIMEOUT_SECONDS");
+  s.chunk =
+      bytes_option(options.chunk_bytes, "CommunicatorOptions::chunk_bytes", "MWMS_CHUNK_BYTES");
   if (s.chunk < 4096) throw InvalidArgument("chunk_bytes must be at least 4096");
-  s.small = options.small_message_bytes >= 0 ? options.small_message_bytes
-                                             : common::env_int("MWMS_SMALL_MESSAGE_BYTES");
+  s.small = small_message_option(options.small_message_bytes);
   if (s.small < 0) throw InvalidArgument("MWMS_SMALL_MESSAGE_BYTES must be >= 0");
   s.transport = transport_choice(options.transport);
-  s.forced = options.algorithm.empty() ? common::env_string("MWMS_ALGO") : options.algorithm;
+  s.forced = algorithm_option(options.algorithm);
   check_algorithm_name(s.forced);
   for (const std::string& name : common::unknown_env_vars()) {
     MWMS_LOG_WARN(kEnv, "unknown environment variable " << name << " ignored (see docs/env.md)");
@@ -162,7 +160,7 @@ TransportOptions transport_options(const ResolvedCluster& cluster, const JobSett
   topts.rank = cluster.task_id;
   topts.world_size = cluster.num_workers;
   topts.chunk_bytes = static_cast<std::size_t>(s.chunk) / 64 * 64;  // whole elements of any dtype
-  if (options.chunk_bytes > 0 || common::env_is_set("MWMS_CHUNK_BYTES")) {
+  if (bytes_option_set(options.chunk_bytes) || common::env_is_set("MWMS_CHUNK_BYTES")) {
     topts.mpi_piece_bytes = topts.chunk_bytes;  // an explicit chunk also sizes MPI's pieces
   }
   topts.job_fingerprint = cluster.cluster.fingerprint();

@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "bootstrap/error_context.h"
@@ -34,6 +36,7 @@
 #include "collective/backend/nccl_backend.h"
 #include "collective/backend/staged_backend.h"
 #include "collective/communicator_factory.h"
+#include "collective/option_values.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "mwms/errors.h"
@@ -139,8 +142,13 @@ bool from_hex(const std::string& text, NcclUniqueId* id) {
 
 namespace {
 
-double positive_or(double value, const char* env_name) {
-  return value > 0 ? value : common::env_double(env_name);
+// A CommunicatorOptions duration (Note [option sentinels]), named in its warning by its variable.
+double positive_or(const std::optional<double>& value, const char* env_name) {
+  const bool timeout = std::string_view(env_name) == "MWMS_TIMEOUT_SECONDS";
+  return seconds_option(value,
+                        timeout ? "CommunicatorOptions::timeout_seconds"
+                                : "CommunicatorOptions::connect_timeout_seconds",
+                        env_name);
 }
 
 // STYLE item 23: say which NCCL_DEBUG NCCL sees; it is NCCL's variable, never set by us.

@@ -100,7 +100,7 @@ bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first,
 void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options,
                          std::vector<char>& pack, const std::vector<TensorRef>& gradients,
                          ReduceOp op) {
-  for_each_bucket(gradients, options.bytes_per_pack, solo_bytes(options),
+  for_each_bucket(gradients, options.bytes_per_pack.value_or(0), solo_bytes(options),
                   [&](std::size_t first, std::size_t last, std::size_t bytes) {
                     const DataType dtype = gradients[first].dtype;
                     const std::size_t elems = bytes / dtype_size(dtype);
@@ -120,7 +120,7 @@ void bucketed_all_reduce(Communicator& comm, const CommunicationOptions& options
                     }
                     const std::size_t wire_bytes = elems * dtype_size(wire);
                     if (pack.size() < wire_bytes)
-                      pack.resize(std::max(wire_bytes, options.bytes_per_pack));
+                      pack.resize(std::max(wire_bytes, options.bytes_per_pack.value_or(0)));
                     pack_tensors(gradients, first, last, wire, pack.data());
                     comm.all_reduce(pack.data(), elems, wire, op);
                     unpack_tensors(gradients, first, last, wire, pack.data());

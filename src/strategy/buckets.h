@@ -68,7 +68,7 @@ bool contiguous_tensors(const std::vector<TensorRef>& t, std::size_t first,
                         std::size_t last) noexcept;
 
 /// The cross-worker half of all_reduce_gradients (and of a K > 1 replica all-reduce): all-reduces
-/// `gradients` with `op` bucket by bucket (plan_buckets with options.bytes_per_pack and
+/// `gradients` with `op` bucket by bucket (plan_buckets with options.bytes_per_pack, unset: 0, and
 /// solo_bytes(options)), in place where the bucket is contiguous and uncompressed, else through
 /// `pack` (grown to at least options.bytes_per_pack when too small). Blocking, collective across
 /// workers; throws as Communicator::all_reduce.

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "collective/option_values.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "kernels/reduce.h"
@@ -32,12 +33,13 @@ using strategy::check_tensors;
 
 namespace {
 
+// Every optional field set to the value in effect (Note [option sentinels]).
 CommunicationOptions effective(const CommunicationOptions& in) {
   CommunicationOptions out = in;
-  if (out.bytes_per_pack == 0) {
-    out.bytes_per_pack = static_cast<std::size_t>(common::env_int("MWMS_BYTES_PER_PACK"));
-  }
-  if (out.timeout_seconds <= 0) out.timeout_seconds = common::env_double("MWMS_TIMEOUT_SECONDS");
+  out.bytes_per_pack = static_cast<std::size_t>(collective::bytes_option(
+      in.bytes_per_pack, "CommunicationOptions::bytes_per_pack", "MWMS_BYTES_PER_PACK"));
+  out.timeout_seconds = collective::seconds_option(
+      in.timeout_seconds, "CommunicationOptions::timeout_seconds", "MWMS_TIMEOUT_SECONDS");
   return out;
 }
 
@@ -130,7 +132,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& 
   if (replicas.device == ReplicaDevice::kGpu) {
     impl_->device_replicas = std::make_unique<strategy::DeviceReplicas>(
         strategy::replica_nccl_api(), *impl_->comm, impl_->local_replicas,
-        impl_->comm->cluster().local_rank, impl_->options.timeout_seconds,
+        impl_->comm->cluster().local_rank, *impl_->options.timeout_seconds,
         common::env_double("MWMS_CONNECT_TIMEOUT_SECONDS"));
     impl_->device_tensors.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
     impl_->device_streams.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
@@ -141,12 +143,12 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& 
     ctx.world_size = impl_->comm->world_size();
     ctx.task = impl_->comm->cluster().task_name();
     impl_->replicas = std::make_unique<strategy::LocalReplicas>(
-        impl_->local_replicas, impl_->options.timeout_seconds, impl_->comm->rank(), ctx);
+        impl_->local_replicas, *impl_->options.timeout_seconds, impl_->comm->rank(), ctx);
   }
   MWMS_LOG_INFO(kStrat, "MultiWorkerMirroredStrategy: num_replicas_in_sync "
                             << num_replicas_in_sync() << " (" << num_workers() << " worker(s) x "
                             << impl_->local_replicas << " local replica(s)), bytes_per_pack "
-                            << impl_->options.bytes_per_pack);
+                            << *impl_->options.bytes_per_pack);
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

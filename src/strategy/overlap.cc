@@ -49,7 +49,7 @@ void MultiWorkerMirroredStrategy::Impl::plan_sync(const std::vector<TensorRef>& 
     m.sync_tensors = gradients;
     m.buckets.clear();
     m.bucket_of.assign(gradients.size(), 0);
-    for_each_bucket(gradients, m.options.bytes_per_pack, solo_bytes(m.options),
+    for_each_bucket(gradients, *m.options.bytes_per_pack, solo_bytes(m.options),
                     [&](std::size_t first, std::size_t last, std::size_t bytes) {
       SyncBucket b;
       b.first = first;

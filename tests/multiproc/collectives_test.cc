@@ -128,7 +128,7 @@ void check_reduced(mwms::Communicator& comm) {
 struct RunConfig {
   int world_size = 2;
   bool with_chief = false;
-  long long small_message_bytes = -1;  // -1: MWMS_SMALL_MESSAGE_BYTES (default 64 KiB)
+  std::optional<long long> small_message_bytes;  // unset: MWMS_SMALL_MESSAGE_BYTES (64 KiB)
   mwms::TransportChoice transport = mwms::TransportChoice::kTcp;
   std::string algorithm = "auto";  // CommunicatorOptions::algorithm
   bool full_matrix = true;
