@@ -212,9 +212,16 @@ class ControlPlane {
   int blame(int waited) const;
 
  private:
+  // One file per protocol (Note [control frames]): read_message (control_plane.cc) hands each
+  // frame to its protocol's record_*; control_ready.cc, control_abort.cc, control_stall.cc,
+  // control_finalize.cc and control_heartbeat.cc hold the rest.
   void read_message(int peer, const ErrorContext& ctx);
+  [[noreturn]] void record_abort(int peer, const FrameHeader& h, const ErrorContext& ctx);
+  void record_stall(int peer, const FrameHeader& h);
   void record_finalized(int peer, const FrameHeader& h, const ErrorContext& ctx);
   void record_heartbeat(int peer, const FrameHeader& h, const ErrorContext& ctx);
+  void note_failure(std::string text, AbortCause cause, FailureCause why, int peer,
+                    const char* where) noexcept;
   void send_heartbeats(std::uint64_t interval_ms) noexcept;
   void heartbeat_loop() noexcept;
   void check_between_collectives() noexcept;
