@@ -45,6 +45,43 @@ namespace mwms {
 
 DeviceCommunicator::~DeviceCommunicator() = default;
 
+// The blocking names: the _async call, then its Work waited under the collective's deadline.
+namespace {
+std::shared_ptr<Work> completed(std::shared_ptr<Work> work) {
+  work->wait();
+  return work;
+}
+}  // namespace
+
+std::shared_ptr<Work> DeviceCommunicator::all_reduce(void* buffer, std::size_t count,
+                                                     DataType dtype, ReduceOp op,
+                                                     DeviceStream stream) {
+  return completed(all_reduce_async(buffer, count, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::all_reduce_bucket(const DeviceTensor* tensors,
+                                                            std::size_t num_tensors, DataType dtype,
+                                                            ReduceOp op, DeviceStream stream) {
+  return completed(all_reduce_bucket_async(tensors, num_tensors, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::reduce_scatter(const void* send, void* recv,
+                                                         std::size_t recv_count, DataType dtype,
+                                                         ReduceOp op, DeviceStream stream) {
+  return completed(reduce_scatter_async(send, recv, recv_count, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::all_gather(const void* send, void* recv,
+                                                     std::size_t send_count, DataType dtype,
+                                                     DeviceStream stream) {
+  return completed(all_gather_async(send, recv, send_count, dtype, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::broadcast(void* buffer, std::size_t count, DataType dtype,
+                                                    int root, DeviceStream stream) {
+  return completed(broadcast_async(buffer, count, dtype, root, stream));
+}
+
 std::unique_ptr<DeviceCommunicator> DeviceCommunicator::create(const ResolvedCluster& cluster,
                                                                const CommunicatorOptions& options) {
   return collective::create_device_communicator(cluster, options, collective::real_nccl_api(),
@@ -64,15 +101,15 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
   int world_size() const noexcept override { return std::max(1, cluster_.num_workers); }
   int device() const noexcept override { return backend_->device(); }
 
-  std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
-                                   DeviceStream stream) override {
+  std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
+                                         ReduceOp op, DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kAllReduce, buffer, buffer, count, dtype, op, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors, std::size_t num_tensors,
-                                          DataType dtype, ReduceOp op,
-                                          DeviceStream stream) override {
+  std::shared_ptr<Work> all_reduce_bucket_async(const DeviceTensor* tensors,
+                                                std::size_t num_tensors, DataType dtype,
+                                                ReduceOp op, DeviceStream stream) override {
     calls_.clear();
     for (std::size_t i = 0; i < num_tensors; ++i) {
       calls_.push_back({DeviceCollective::kAllReduce, tensors[i].data, tensors[i].data,
@@ -81,20 +118,21 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
     return backend_->launch(calls_.data(), calls_.size(), stream.handle);
   }
 
-  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, std::size_t recv_count,
-                                       DataType dtype, ReduceOp op, DeviceStream stream) override {
+  std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
+                                             DataType dtype, ReduceOp op,
+                                             DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kReduceScatter, send, recv, recv_count, dtype, op, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> all_gather(const void* send, void* recv, std::size_t send_count,
-                                   DataType dtype, DeviceStream stream) override {
+  std::shared_ptr<Work> all_gather_async(const void* send, void* recv, std::size_t send_count,
+                                         DataType dtype, DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype, int root,
-                                  DeviceStream stream) override {
+  std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype, int root,
+                                        DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kBroadcast, buffer, buffer, count, dtype, ReduceOp::kSum, root};
     return backend_->launch(&c, 1, stream.handle);
   }
