@@ -11,20 +11,14 @@
 // rank sees a device and no host runs more ranks than it has devices (NCCL refuses two ranks on
 // one GPU: "Duplicate GPU detected"). Then either the engine becomes the staged backend's, or
 // rank 0's NCCL unique id is broadcast over it and it is finalized before the NCCL communicator
-// is created. The choice and its reason are logged at info by rank 0.
-//
-// Note [nccl unique id]: NCCL needs its 128-byte unique id, made by one rank with
-// ncclGetUniqueId, on every rank before ncclCommInitRankConfig. We send it through our own
-// bootstrap rather than NCCL's or MPI's: rank 0 makes the id before the rendezvous and publishes
-// it, hex-encoded, as the "nccl" blob of its peer info; the rendezvous (TF_CONFIG's TCP exchange,
-// or MPI's for mpirun jobs) hands every rank every peer's info, so each rank reads rank 0's blob.
-// Any launcher our bootstrap understands therefore works, and the id never needs a side channel.
+// is created. The choice and its reason are logged at info by rank 0. The id's two carriers (the
+// engine's broadcast here, rank 0's peer info for kNccl): Note [nccl unique id] in
+// backend/nccl_unique_id.cc.
 #include "collective/device_communicator.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -148,37 +142,6 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
   std::unique_ptr<DeviceBackend> backend_;
   std::vector<DeviceCall> calls_;  // reused by all_reduce_bucket
 };
-
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-}  // namespace
-
-std::string to_hex(const NcclUniqueId& id) {
-  std::string text;
-  text.reserve(id.bytes.size() * 2);
-  for (unsigned char b : id.bytes) {
-    text += kHexDigits[b >> 4];
-    text += kHexDigits[b & 15];
-  }
-  return text;
-}
-
-bool from_hex(const std::string& text, NcclUniqueId* id) {
-  if (text.size() != id->bytes.size() * 2) return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  for (std::size_t i = 0; i < id->bytes.size(); ++i) {
-    const int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    id->bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
-  return true;
-}
-
-namespace {
 
 // A CommunicatorOptions duration (Note [option sentinels]), named in its warning by its variable.
 double positive_or(const std::optional<double>& value, const char* env_name) {
@@ -311,21 +274,8 @@ std::unique_ptr<DeviceCommunicator> nccl_over_engine(std::unique_ptr<Communicato
                                                      const CommunicatorOptions& options,
                                                      const NcclApi& api) {
   ResolvedCluster c = engine->cluster();
-  ErrorContext ctx = bootstrap::task_context(c, "nccl unique id");
-  ctx.transport = "nccl";
-  NcclUniqueId id;
-  // word 0: ncclGetUniqueId's status on rank 0; words 1..32: the id.
-  std::int32_t words[1 + sizeof(id.bytes) / 4] = {};
-  if (engine->rank() == 0) {
-    words[0] = api.get_unique_id(&id);
-    std::memcpy(&words[1], id.bytes.data(), id.bytes.size());
-  }
-  engine->broadcast(words, sizeof(words) / 4, DataType::kInt32, 0);
-  if (words[0] != kNcclSuccess) {
-    std::rethrow_exception(
-        to_error(api, NativeSource::kNccl, words[0], "ncclGetUniqueId (rank 0)", nullptr, ctx));
-  }
-  std::memcpy(id.bytes.data(), &words[1], id.bytes.size());
+  const NcclUniqueId id =
+      share_unique_id(api, *engine, "rank 0", bootstrap::task_context(c, "nccl unique id"));
   engine->finalize();  // every rank: a barrier, then the links close in order
   NcclBackendOptions o;
   o.rank = c.task_id;

@@ -32,7 +32,7 @@ enum NcclStatus : int {
 enum CudaStatus : int { kCudaSuccess = 0, kCudaErrorNotReady = 600 };
 
 /// NCCL's unique id (ncclUniqueId: NCCL_UNIQUE_ID_BYTES = 128 opaque bytes), made by rank 0 and
-/// sent to every rank through our bootstrap (Note [nccl unique id] in device_communicator.cc).
+/// sent to every rank through our bootstrap (Note [nccl unique id] in nccl_unique_id.cc).
 struct NcclUniqueId {
   std::array<unsigned char, 128> bytes{};
 };
