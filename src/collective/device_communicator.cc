@@ -337,7 +337,8 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
     if (records[i].devices > 0) continue;
     ErrorContext ctx = bootstrap::task_context(engine->cluster(), "device communicator init");
     ctx.transport = "cuda";
-    const int code = records[i].devices < 0 ? static_cast<int>(-records[i].devices) : 100;
+    const int code =
+        records[i].devices < 0 ? static_cast<int>(-records[i].devices) : kCudaErrorNoDevice;
     engine->finalize();  // in order: no peer takes this for a death
     if (static_cast<int>(i) == ctx.rank) {
       std::rethrow_exception(cuda_error(

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "collective/backend/nccl_backend.h"
+#include "collective/backend/nccl_group.h"
 
 namespace mwms::collective {
 
