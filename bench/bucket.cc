@@ -6,8 +6,8 @@
 //   host (--backend auto|tcp|shm|mpi, or absent): MultiWorkerMirroredStrategy::
 //     all_reduce_gradients (buckets of bytes_per_pack) against one Communicator::all_reduce per
 //     tensor on the strategy's own communicator;
-//   device (--backend nccl): DeviceCommunicator::all_reduce_bucket (one NCCL group) against one
-//     DeviceCommunicator::all_reduce per tensor, all enqueued, then waited for.
+//   device (--backend nccl): DeviceCommunicator::all_reduce_bucket_async (one NCCL group) against
+//     one DeviceCommunicator::all_reduce_async per tensor, all enqueued, then waited for.
 // Each path is checked once (exact, as the *_perf tools check) and timed as the median of -n
 // iterations after -w warm-ups, each iteration the whole set of tensors; max over ranks.
 #include <algorithm>

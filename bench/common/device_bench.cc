@@ -131,8 +131,7 @@ class RawNccl {
     try {
       to_device(id_buffer, &id, sizeof id, stream);
       ours.broadcast(id_buffer, sizeof id / sizeof(std::int32_t), DataType::kInt32, 0,
-                     DeviceStream{stream})
-          ->wait();
+                     DeviceStream{stream});  // blocking
       to_host(&id, id_buffer, sizeof id, stream);
     } catch (...) {
       device_release(id_buffer);

@@ -87,13 +87,12 @@ class Ranks {
                                                            sizeof(std::int32_t))) {}
 
   void barrier() {
-    comm_.all_reduce(scratch_.data(), 1, DataType::kFloat32, ReduceOp::kSum, stream_.handle())
-        ->wait();
+    comm_.all_reduce(scratch_.data(), 1, DataType::kFloat32, ReduceOp::kSum, stream_.handle());
   }
   /// Elementwise op over ranks of `n` (<= 64) doubles, in place.
   void reduce(double* values, std::size_t n, ReduceOp op) {
     stream_.to_device(scratch_.data(), values, n * sizeof(double));
-    comm_.all_reduce(scratch_.data(), n, DataType::kFloat64, op, stream_.handle())->wait();
+    comm_.all_reduce(scratch_.data(), n, DataType::kFloat64, op, stream_.handle());
     stream_.to_host(values, scratch_.data(), n * sizeof(double));
   }
   /// Every rank's device id, in rank order.
@@ -103,7 +102,7 @@ class Ranks {
     auto* base = static_cast<std::int32_t*>(scratch_.data());
     stream_.to_device(base + comm_.rank(), &all[static_cast<std::size_t>(comm_.rank())],
                       sizeof(std::int32_t));
-    comm_.all_gather(base + comm_.rank(), base, 1, DataType::kInt32, stream_.handle())->wait();
+    comm_.all_gather(base + comm_.rank(), base, 1, DataType::kInt32, stream_.handle());
     stream_.to_host(all.data(), base, all.size() * sizeof(std::int32_t));
     return all;
   }
@@ -122,13 +121,13 @@ std::shared_ptr<Work> run_ours(DeviceCommunicator& comm, DeviceCollective kind, 
   unsigned char* own = bytes + static_cast<std::size_t>(s.rank) * block;
   switch (kind) {
     case DeviceCollective::kAllReduce:
-      return comm.all_reduce(buffer, s.count, dtype, s.op, stream);
+      return comm.all_reduce_async(buffer, s.count, dtype, s.op, stream);
     case DeviceCollective::kReduceScatter:
-      return comm.reduce_scatter(buffer, own, s.count, dtype, s.op, stream);
+      return comm.reduce_scatter_async(buffer, own, s.count, dtype, s.op, stream);
     case DeviceCollective::kAllGather:
-      return comm.all_gather(own, buffer, s.count, dtype, stream);
+      return comm.all_gather_async(own, buffer, s.count, dtype, stream);
     case DeviceCollective::kBroadcast:
-      return comm.broadcast(buffer, s.count, dtype, s.root, stream);
+      return comm.broadcast_async(buffer, s.count, dtype, s.root, stream);
   }
   throw InvalidArgument("unknown device collective");
 }
@@ -357,14 +356,15 @@ BucketRow buckets(const std::vector<std::size_t>& counts, const BucketOptions& o
   };
   std::vector<std::shared_ptr<Work>> works;
   const auto bucketed = [&] {
-    comm.all_reduce_bucket(tensors.data(), tensors.size(), options.dtype, options.op,
-                           stream.handle())
+    comm.all_reduce_bucket_async(tensors.data(), tensors.size(), options.dtype, options.op,
+                                 stream.handle())
         ->wait();
   };
   const auto separate = [&] {
     works.clear();
     for (const DeviceTensor& t : tensors) {
-      works.push_back(comm.all_reduce(t.data, t.count, options.dtype, options.op, stream.handle()));
+      works.push_back(
+          comm.all_reduce_async(t.data, t.count, options.dtype, options.op, stream.handle()));
     }
     for (auto& w : works) w->wait();
   };

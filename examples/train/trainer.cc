@@ -239,8 +239,9 @@ void Trainer::replica_step(const ReplicaContext& ctx) {
     // Note [gpu replica]: the flat device gradient is one bucket.
     rep.loss_sum += rep.gpu->forward_backward(rep.batch_x.data(), rep.batch_y.data(), rows, scale);
     const double t0 = now_seconds();
-    device_comm_->all_reduce(rep.gpu->device_gradients(), rep.gpu->size(), DataType::kFloat32,
-                             ReduceOp::kSum, DeviceStream{rep.gpu->stream()})
+    device_comm_
+        ->all_reduce_async(rep.gpu->device_gradients(), rep.gpu->size(), DataType::kFloat32,
+                           ReduceOp::kSum, DeviceStream{rep.gpu->stream()})
         ->wait();
     device_allreduce_seconds_ += now_seconds() - t0;
     rep.gpu->sgd_step(static_cast<float>(config_.learning_rate), config_.momentum);

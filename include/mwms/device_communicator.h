@@ -11,20 +11,25 @@
 /// No CUDA type appears here: a stream is passed as an opaque DeviceStream.
 ///
 /// Contract (as NCCL's): every rank calls the same collectives in the same order with matching
-/// count, dtype, op and root. NCCL: each call only enqueues work on the stream and returns a Work
-/// at once. Host-staged: each call returns once the engine finished (it waits for the copy to the
-/// host, so for the work before it on the stream), and the Work covers the copy back. Either way
-/// the Work completes when the result is in device memory, and later work on the stream is
-/// ordered after it. Its deadline (CommunicatorOptions::timeout_seconds) is enforced while the
-/// call, Work::wait or Work::test runs: a dead or stalled peer then makes the call or wait() throw
-/// TimeoutError or PeerError (NCCL: after this rank aborted its NCCL communicator, so no kernel
-/// is left spinning); every later call throws InvalidUsage carrying the cause (poisoned).
+/// count, dtype, op and root. As on Communicator, each collective has a blocking name
+/// (all_reduce: returns once the result is in device memory) and an `_async` name
+/// (all_reduce_async: returns a Work). NCCL: an `_async` call only enqueues work on the stream
+/// and returns at once. Host-staged: it returns once the engine finished (it waits for the copy
+/// to the host, so for the work before it on the stream), and the Work covers the copy back.
+/// Either way the Work completes when the result is in device memory, and later work on the
+/// stream is ordered after it. Its deadline (CommunicatorOptions::timeout_seconds) is enforced
+/// while the call, Work::wait or Work::test runs: a dead or stalled peer then makes the call or
+/// wait() throw TimeoutError or PeerError (NCCL: after this rank aborted its NCCL communicator,
+/// so no kernel is left spinning); every later call throws InvalidUsage carrying the cause
+/// (poisoned).
 /// @code
 ///   auto comm = mwms::DeviceCommunicator::create(mwms::resolve_from_environment());
 ///   // grad: device memory of n floats; stream: a cudaStream_t
-///   auto work = comm->all_reduce(grad, n, mwms::DataType::kFloat32, mwms::ReduceOp::kMean,
-///                                mwms::DeviceStream{stream});
+///   auto work = comm->all_reduce_async(grad, n, mwms::DataType::kFloat32,
+///                                      mwms::ReduceOp::kMean, mwms::DeviceStream{stream});
 ///   work->wait();  // or order later work on `stream` after it and wait once per step
+///   comm->all_reduce(grad, n, mwms::DataType::kFloat32, mwms::ReduceOp::kSum,
+///                    mwms::DeviceStream{stream});  // blocking: the result is in device memory
 ///   comm->finalize();  // every rank, after its last collective
 /// @endcode
 #pragma once
@@ -91,38 +96,82 @@ class MWMS_API DeviceCommunicator {
   /// The CUDA device this rank uses (local rank modulo the number of devices).
   virtual int device() const noexcept = 0;
 
+  /// @name Asynchronous collectives
+  /// Each enqueues its collective on `stream` (which must belong to device()) and returns a Work
+  /// without waiting for the device: the Work completes when the result is in device memory, and
+  /// work enqueued on `stream` afterwards is ordered after it. NCCL returns at once;
+  /// host-staged returns once the engine finished (see the file comment). Every rank calls the
+  /// same collectives in the same order with matching count, dtype, op and root. The buffers
+  /// must stay valid and untouched until the Work completed. Thread safety: one calling thread at
+  /// a time (as every collective); the Work may be tested and waited on from any thread. Errors
+  /// found while enqueueing are thrown by the call; later ones (NCCL's kernels, the copy back, a
+  /// deadline passing) come out of Work::wait() or Work::test().
+  ///@{
+
   /// In-place all-reduce of `count` elements of device memory at `buffer`, enqueued on `stream`.
   /// kMean divides the sum by world_size() with the CPU path's rounding. NaN handling of kMin and
   /// kMax is NCCL's (unspecified) on NCCL, the engine's on the host-staged path.
   /// @throws InvalidArgument (null buffer with count > 0; host-staged: a buffer that is not
-  /// device memory), InvalidUsage (poisoned), BackendError, PeerError, TimeoutError (NCCL still
-  /// enqueueing at the deadline; host-staged: the engine's errors, and a copy to the host not done
-  /// by the deadline); later failures (the copy back, NCCL's kernels) come out of Work::wait().
-  virtual std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype,
-                                           ReduceOp op, DeviceStream stream = {}) = 0;
+  /// device memory), InvalidUsage (poisoned or finalized), BackendError, PeerError, TimeoutError
+  /// (NCCL still enqueueing at the deadline; host-staged: the engine's errors, and a copy to the
+  /// host not done by the deadline).
+  virtual std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
+                                                 ReduceOp op, DeviceStream stream = {}) = 0;
 
-  /// In-place all-reduce of every tensor of a bucket as one NCCL group (one launch, one Work); on
-  /// the host-staged path the tensors are packed into the staging buffer and all-reduced by one
-  /// engine call. Throws as all_reduce().
-  virtual std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors,
-                                                  std::size_t num_tensors, DataType dtype,
-                                                  ReduceOp op, DeviceStream stream = {}) = 0;
+  /// In-place all-reduce of the `num_tensors` tensors at `tensors` (device memory, all of
+  /// `dtype`) as one NCCL group (one launch, one Work); on the host-staged path the tensors are
+  /// packed into the staging buffer and all-reduced by one engine call. `tensors` itself need
+  /// only live during the call. Throws as all_reduce_async().
+  virtual std::shared_ptr<Work> all_reduce_bucket_async(const DeviceTensor* tensors,
+                                                        std::size_t num_tensors, DataType dtype,
+                                                        ReduceOp op, DeviceStream stream = {}) = 0;
 
   /// Reduce-scatter (NCCL semantics): `send` holds world_size() * recv_count elements, rank r
-  /// receives the reduction of block r. Throws as all_reduce().
-  virtual std::shared_ptr<Work> reduce_scatter(const void* send, void* recv,
-                                               std::size_t recv_count, DataType dtype,
-                                               ReduceOp op, DeviceStream stream = {}) = 0;
+  /// receives the reduction of block r into `recv` (recv_count elements). Throws as
+  /// all_reduce_async().
+  virtual std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv,
+                                                     std::size_t recv_count, DataType dtype,
+                                                     ReduceOp op, DeviceStream stream = {}) = 0;
 
-  /// All-gather (NCCL semantics): `recv` receives world_size() * send_count elements, rank r's at
-  /// offset r * send_count. Throws as all_reduce().
-  virtual std::shared_ptr<Work> all_gather(const void* send, void* recv, std::size_t send_count,
-                                           DataType dtype, DeviceStream stream = {}) = 0;
+  /// All-gather (NCCL semantics): `recv` receives world_size() * send_count elements, rank r's
+  /// `send_count` elements at offset r * send_count. Throws as all_reduce_async().
+  virtual std::shared_ptr<Work> all_gather_async(const void* send, void* recv,
+                                                 std::size_t send_count, DataType dtype,
+                                                 DeviceStream stream = {}) = 0;
 
   /// Broadcast of `count` elements from rank `root` into `buffer` on every rank.
-  /// @throws InvalidArgument (root out of range) and as all_reduce().
-  virtual std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype,
-                                          int root, DeviceStream stream = {}) = 0;
+  /// @throws InvalidArgument (root out of range, at once) and as all_reduce_async().
+  virtual std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype,
+                                                int root, DeviceStream stream = {}) = 0;
+  ///@}
+
+  /// @name Blocking collectives
+  /// Each runs the `_async` call of the same name (same arguments, checks and contract) and waits
+  /// for its Work under the collective's deadline (CommunicatorOptions::timeout_seconds), so the
+  /// result is in device memory when it returns and the caller may read or free the buffers.
+  /// Each returns a completed Work for source compatibility (`comm->all_reduce(...)->wait()`
+  /// still compiles and returns at once); it returns void from the next release. Thread safety:
+  /// one calling thread at a time, as every collective.
+  /// @throws what the `_async` call throws, and what its Work::wait() throws (TimeoutError,
+  ///   PeerError, BackendError, InvalidUsage).
+  ///@{
+
+  /// all_reduce_async(), then waits. Returns a completed Work (source compatibility).
+  std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                                   DeviceStream stream = {});
+  /// all_reduce_bucket_async(), then waits. Returns a completed Work (source compatibility).
+  std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors, std::size_t num_tensors,
+                                          DataType dtype, ReduceOp op, DeviceStream stream = {});
+  /// reduce_scatter_async(), then waits. Returns a completed Work (source compatibility).
+  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                       DataType dtype, ReduceOp op, DeviceStream stream = {});
+  /// all_gather_async(), then waits. Returns a completed Work (source compatibility).
+  std::shared_ptr<Work> all_gather(const void* send, void* recv, std::size_t send_count,
+                                   DataType dtype, DeviceStream stream = {});
+  /// broadcast_async(), then waits. Returns a completed Work (source compatibility).
+  std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype, int root,
+                                  DeviceStream stream = {});
+  ///@}
 
   /// Returns once every rank has called barrier() and the work enqueued on `stream` before it
   /// has completed on the device (as torch.distributed's barrier on NCCL: NCCL has none, so the

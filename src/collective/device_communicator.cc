@@ -11,20 +11,14 @@
 // rank sees a device and no host runs more ranks than it has devices (NCCL refuses two ranks on
 // one GPU: "Duplicate GPU detected"). Then either the engine becomes the staged backend's, or
 // rank 0's NCCL unique id is broadcast over it and it is finalized before the NCCL communicator
-// is created. The choice and its reason are logged at info by rank 0.
-//
-// Note [nccl unique id]: NCCL needs its 128-byte unique id, made by one rank with
-// ncclGetUniqueId, on every rank before ncclCommInitRankConfig. We send it through our own
-// bootstrap rather than NCCL's or MPI's: rank 0 makes the id before the rendezvous and publishes
-// it, hex-encoded, as the "nccl" blob of its peer info; the rendezvous (TF_CONFIG's TCP exchange,
-// or MPI's for mpirun jobs) hands every rank every peer's info, so each rank reads rank 0's blob.
-// Any launcher our bootstrap understands therefore works, and the id never needs a side channel.
+// is created. The choice and its reason are logged at info by rank 0. The id's two carriers (the
+// engine's broadcast here, rank 0's peer info for kNccl): Note [nccl unique id] in
+// backend/nccl_unique_id.cc.
 #include "collective/device_communicator.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -45,6 +39,43 @@ namespace mwms {
 
 DeviceCommunicator::~DeviceCommunicator() = default;
 
+// The blocking names: the _async call, then its Work waited under the collective's deadline.
+namespace {
+std::shared_ptr<Work> completed(std::shared_ptr<Work> work) {
+  work->wait();
+  return work;
+}
+}  // namespace
+
+std::shared_ptr<Work> DeviceCommunicator::all_reduce(void* buffer, std::size_t count,
+                                                     DataType dtype, ReduceOp op,
+                                                     DeviceStream stream) {
+  return completed(all_reduce_async(buffer, count, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::all_reduce_bucket(const DeviceTensor* tensors,
+                                                            std::size_t num_tensors, DataType dtype,
+                                                            ReduceOp op, DeviceStream stream) {
+  return completed(all_reduce_bucket_async(tensors, num_tensors, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::reduce_scatter(const void* send, void* recv,
+                                                         std::size_t recv_count, DataType dtype,
+                                                         ReduceOp op, DeviceStream stream) {
+  return completed(reduce_scatter_async(send, recv, recv_count, dtype, op, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::all_gather(const void* send, void* recv,
+                                                     std::size_t send_count, DataType dtype,
+                                                     DeviceStream stream) {
+  return completed(all_gather_async(send, recv, send_count, dtype, stream));
+}
+
+std::shared_ptr<Work> DeviceCommunicator::broadcast(void* buffer, std::size_t count, DataType dtype,
+                                                    int root, DeviceStream stream) {
+  return completed(broadcast_async(buffer, count, dtype, root, stream));
+}
+
 std::unique_ptr<DeviceCommunicator> DeviceCommunicator::create(const ResolvedCluster& cluster,
                                                                const CommunicatorOptions& options) {
   return collective::create_device_communicator(cluster, options, collective::real_nccl_api(),
@@ -64,15 +95,15 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
   int world_size() const noexcept override { return std::max(1, cluster_.num_workers); }
   int device() const noexcept override { return backend_->device(); }
 
-  std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
-                                   DeviceStream stream) override {
+  std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype,
+                                         ReduceOp op, DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kAllReduce, buffer, buffer, count, dtype, op, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors, std::size_t num_tensors,
-                                          DataType dtype, ReduceOp op,
-                                          DeviceStream stream) override {
+  std::shared_ptr<Work> all_reduce_bucket_async(const DeviceTensor* tensors,
+                                                std::size_t num_tensors, DataType dtype,
+                                                ReduceOp op, DeviceStream stream) override {
     calls_.clear();
     for (std::size_t i = 0; i < num_tensors; ++i) {
       calls_.push_back({DeviceCollective::kAllReduce, tensors[i].data, tensors[i].data,
@@ -81,20 +112,21 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
     return backend_->launch(calls_.data(), calls_.size(), stream.handle);
   }
 
-  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, std::size_t recv_count,
-                                       DataType dtype, ReduceOp op, DeviceStream stream) override {
+  std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
+                                             DataType dtype, ReduceOp op,
+                                             DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kReduceScatter, send, recv, recv_count, dtype, op, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> all_gather(const void* send, void* recv, std::size_t send_count,
-                                   DataType dtype, DeviceStream stream) override {
+  std::shared_ptr<Work> all_gather_async(const void* send, void* recv, std::size_t send_count,
+                                         DataType dtype, DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
     return backend_->launch(&c, 1, stream.handle);
   }
 
-  std::shared_ptr<Work> broadcast(void* buffer, std::size_t count, DataType dtype, int root,
-                                  DeviceStream stream) override {
+  std::shared_ptr<Work> broadcast_async(void* buffer, std::size_t count, DataType dtype, int root,
+                                        DeviceStream stream) override {
     DeviceCall c{DeviceCollective::kBroadcast, buffer, buffer, count, dtype, ReduceOp::kSum, root};
     return backend_->launch(&c, 1, stream.handle);
   }
@@ -110,37 +142,6 @@ class DeviceCommunicatorImpl final : public DeviceCommunicator {
   std::unique_ptr<DeviceBackend> backend_;
   std::vector<DeviceCall> calls_;  // reused by all_reduce_bucket
 };
-
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-}  // namespace
-
-std::string to_hex(const NcclUniqueId& id) {
-  std::string text;
-  text.reserve(id.bytes.size() * 2);
-  for (unsigned char b : id.bytes) {
-    text += kHexDigits[b >> 4];
-    text += kHexDigits[b & 15];
-  }
-  return text;
-}
-
-bool from_hex(const std::string& text, NcclUniqueId* id) {
-  if (text.size() != id->bytes.size() * 2) return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  for (std::size_t i = 0; i < id->bytes.size(); ++i) {
-    const int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    id->bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
-  return true;
-}
-
-namespace {
 
 // A CommunicatorOptions duration (Note [option sentinels]), named in its warning by its variable.
 double positive_or(const std::optional<double>& value, const char* env_name) {
@@ -273,21 +274,8 @@ std::unique_ptr<DeviceCommunicator> nccl_over_engine(std::unique_ptr<Communicato
                                                      const CommunicatorOptions& options,
                                                      const NcclApi& api) {
   ResolvedCluster c = engine->cluster();
-  ErrorContext ctx = bootstrap::task_context(c, "nccl unique id");
-  ctx.transport = "nccl";
-  NcclUniqueId id;
-  // word 0: ncclGetUniqueId's status on rank 0; words 1..32: the id.
-  std::int32_t words[1 + sizeof(id.bytes) / 4] = {};
-  if (engine->rank() == 0) {
-    words[0] = api.get_unique_id(&id);
-    std::memcpy(&words[1], id.bytes.data(), id.bytes.size());
-  }
-  engine->broadcast(words, sizeof(words) / 4, DataType::kInt32, 0);
-  if (words[0] != kNcclSuccess) {
-    std::rethrow_exception(
-        to_error(api, NativeSource::kNccl, words[0], "ncclGetUniqueId (rank 0)", nullptr, ctx));
-  }
-  std::memcpy(id.bytes.data(), &words[1], id.bytes.size());
+  const NcclUniqueId id =
+      share_unique_id(api, *engine, "rank 0", bootstrap::task_context(c, "nccl unique id"));
   engine->finalize();  // every rank: a barrier, then the links close in order
   NcclBackendOptions o;
   o.rank = c.task_id;
@@ -349,7 +337,8 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
     if (records[i].devices > 0) continue;
     ErrorContext ctx = bootstrap::task_context(engine->cluster(), "device communicator init");
     ctx.transport = "cuda";
-    const int code = records[i].devices < 0 ? static_cast<int>(-records[i].devices) : 100;
+    const int code =
+        records[i].devices < 0 ? static_cast<int>(-records[i].devices) : kCudaErrorNoDevice;
     engine->finalize();  // in order: no peer takes this for a death
     if (static_cast<int>(i) == ctx.rank) {
       std::rethrow_exception(cuda_error(

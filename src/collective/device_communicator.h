@@ -6,6 +6,7 @@
 
 #include "collective/backend/cuda_api.h"
 #include "collective/backend/nccl_api.h"
+#include "collective/backend/nccl_unique_id.h"  // to_hex, from_hex (tests)
 #include "mwms/device_communicator.h"
 
 namespace mwms::collective {
@@ -17,9 +18,5 @@ std::unique_ptr<DeviceCommunicator> create_device_communicator(const ResolvedClu
                                                                const CommunicatorOptions& options,
                                                                const NcclApi* nccl,
                                                                const CudaApi* cuda);
-
-/// Hex text of an id (the peer-info blob) and back; false for text that is not 256 hex digits.
-std::string to_hex(const NcclUniqueId& id);
-bool from_hex(const std::string& text, NcclUniqueId* id);
 
 }  // namespace mwms::collective

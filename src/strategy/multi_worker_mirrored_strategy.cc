@@ -9,7 +9,7 @@
 // statistics. The rest (the state: strategy_impl.h): the bucket helpers in buckets.cc, the
 // overlapped step with K = 1 in overlap.cc (Note [overlapped buckets]) and with K > 1 in
 // replica_overlap.cc (Note [overlapped replica buckets]), GPU replicas' device collectives in
-// replica_device.cc.
+// replica_device_collectives.cc (the GPU replicas themselves: device_replicas.cc).
 #include <algorithm>
 #include <chrono>
 #include <mutex>

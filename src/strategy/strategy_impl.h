@@ -4,7 +4,8 @@
 //   overlap.cc                         the overlapped step with K = 1 (Note [overlapped buckets])
 //   replica_overlap.cc                 the overlapped step with K > 1 and ReplicaContext's
 //                                      begin/ready/finish calls (Note [overlapped replica buckets])
-//   replica_device.cc                  GPU replicas' device collectives (Note [gpu replicas])
+//   replica_device_collectives.cc      GPU replicas' device collectives (ReplicaContext calls)
+//   device_replicas.cc                 the GPU replicas' NCCL ranks (Note [gpu replicas])
 //   buckets.cc                         the bucket plan, packing and the bucketed all-reduce
 // Private to src/strategy: nothing outside it includes this header.
 #pragma once

@@ -91,7 +91,7 @@ TEST_CASE("DeviceCommunicator::create for a world of one", "[cuda][nccl]") {
   comm->all_reduce(d, h.size(), DataType::kFloat32, ReduceOp::kMean)->wait();
   CHECK(host_floats(d, h.size()) == h);
   mwms::DeviceTensor t{d, 10};
-  comm->all_reduce_bucket(&t, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+  comm->all_reduce_bucket_async(&t, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
   CHECK(comm->describe().find("nccl (device 0, world size 1)") == 0);
   comm->barrier();  // Note [nccl barrier]: one element of its own device buffer
   comm->finalize();

@@ -93,7 +93,7 @@ int every_collective(mwms::DeviceCommunicator& comm, cudaStream_t stream) {
       for (ReduceOp op : ops) {
         Device d(count * e);
         to_device(d.p, input(rank, t, op, count));
-        comm.all_reduce(d.p, count, t, op, s)->wait();
+        comm.all_reduce_async(d.p, count, t, op, s)->wait();
         expect(to_host(d.p, count * e) == reduced(n, t, op, count),
                "all_reduce " + tag + " " + std::string(mwms::to_string(op)), &failures);
         ++checked;
@@ -157,11 +157,11 @@ void timed(mwms::DeviceCommunicator& comm, cudaStream_t stream) {
   const std::size_t bytes = std::size_t{64} << 20;
   Device d(bytes);
   cuda_check(cudaMemset(d.p, 0, bytes), "cudaMemset");
-  comm.all_reduce(d.p, bytes / 4, DataType::kFloat32, ReduceOp::kSum, {stream})->wait();
+  comm.all_reduce_async(d.p, bytes / 4, DataType::kFloat32, ReduceOp::kSum, {stream})->wait();
   const auto start = std::chrono::steady_clock::now();
   const int iters = 5;
   for (int i = 0; i < iters; ++i) {
-    comm.all_reduce(d.p, bytes / 4, DataType::kFloat32, ReduceOp::kSum, {stream})->wait();
+    comm.all_reduce_async(d.p, bytes / 4, DataType::kFloat32, ReduceOp::kSum, {stream})->wait();
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   if (comm.rank() == 0) {

@@ -127,8 +127,8 @@ TEST_CASE("train gpu model: the device gradient all-reduces in place through Dev
   gpu->forward_backward(b.x.data(), b.y.data(), 8, 1.0f / 8);
   std::vector<float> before(gpu->size()), after(gpu->size());
   gpu->download_gradients(before.data());
-  comm->all_reduce(gpu->device_gradients(), gpu->size(), mwms::DataType::kFloat32,
-                   mwms::ReduceOp::kSum, mwms::DeviceStream{gpu->stream()})
+  comm->all_reduce_async(gpu->device_gradients(), gpu->size(), mwms::DataType::kFloat32,
+                         mwms::ReduceOp::kSum, mwms::DeviceStream{gpu->stream()})
       ->wait();
   gpu->download_gradients(after.data());
   CHECK(after == before);  // a world of one sums to itself

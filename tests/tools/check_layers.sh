@@ -35,6 +35,11 @@ fi
 if grep -rnE '#include "collective/(algorithms|engine|backend)/' "$src/collective/transport"; then
   echo "layering: a transport includes an algorithm, engine or backend header"; fail=1
 fi
+# The strategy holds a Communicator and the collective layer's faces (device_group.h), never a
+# backend (docs/architecture.md "Strategy").
+if grep -rnE '#include "collective/backend/' "$src/strategy"; then
+  echo "layering: the strategy includes a collective backend header (use collective/device_group.h)"; fail=1
+fi
 # Note [transport table]: the socket mesh and the selector never name a transport.
 if grep -rnE '#include "collective/transport/' "$src/collective/mesh" "$src/collective/selector.cc"; then
   echo "layering: the socket mesh or the selector includes a transport header"; fail=1

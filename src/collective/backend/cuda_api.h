@@ -44,8 +44,17 @@ struct CudaApi {
   const char* (*error_string)(int code) = nullptr;         ///< cudaGetErrorString: the text
 };
 
-/// cudaErrorNotReady (driver_types.h): an event or stream still has work pending.
-inline constexpr int kCudaNotReady = 600;
+/// cudaError_t values the device backends tell apart (driver_types.h), for the CUDA entries of
+/// CudaApi and of NcclApi (nccl_api.h).
+enum CudaStatus : int {
+  kCudaSuccess = 0,
+  kCudaErrorInsufficientDriver = 35,  ///< no NVIDIA driver (or one too old for the runtime)
+  kCudaErrorNoDevice = 100,           ///< no CUDA-capable device
+  kCudaErrorNotReady = 600,           ///< an event or stream still has work pending
+};
+
+/// cudaErrorNotReady: the staged backend's name for it.
+inline constexpr int kCudaNotReady = kCudaErrorNotReady;
 
 /// The table over the real CUDA runtime, or nullptr in a build without CUDA (cuda_api.cc /
 /// cuda_api_none.cc). Never throws.

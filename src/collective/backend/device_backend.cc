@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "collective/backend/cuda_api.h"
 #include "common/socket.h"
 
 namespace mwms::collective {
@@ -11,6 +12,15 @@ std::string seconds_text(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g s", seconds);
   return buf;
+}
+
+int poll_event(int (*query)(void* event), void* event, common::Deadline deadline) {
+  PollBackoff backoff;
+  for (;;) {
+    const int q = query(event);
+    if (q != kCudaErrorNotReady || common::Clock::now() > deadline) return q;
+    backoff.pause();
+  }
 }
 
 bool PolledDeviceWork::test() noexcept {

@@ -1,5 +1,6 @@
 // What DeviceCommunicator (device_communicator.cc) runs a collective on device buffers with: the
-// NCCL backend (nccl_backend.h: the collective handed whole to NCCL on the caller's stream) or
+// NCCL backend (nccl_backend.h: the collective handed whole to NCCL on the caller's stream; the
+// K = 1 case of the NCCL replica group, nccl_group.h) or
 // the host-staged backend (staged_backend.h: device -> pinned host -> the engine -> device).
 // DeviceCommunicator::create picks one (Note [device backend choice] in device_communicator.cc).
 #pragma once
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/socket.h"
 #include "mwms/communicator.h"
 #include "mwms/errors.h"
 #include "mwms/types.h"
@@ -53,13 +55,19 @@ class PollBackoff {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
+/// Polls `query(event)` (cudaEventQuery) with PollBackoff until it reports anything but
+/// kCudaErrorNotReady or `deadline` passed; returns the last status (kCudaErrorNotReady: the
+/// deadline passed first). The one blocking wait for an event of the device backends.
+int poll_event(int (*query)(void* event), void* event, common::Deadline deadline);
+
 /// "0.3 s", "300 s": three significant digits, so a limit measured a few microseconds after it
 /// was set still prints as the value that was configured.
 std::string seconds_text(double seconds);
 
-/// The Work of every device backend (NCCL, the NCCL replica group, host-staged): completion is
-/// found by polling (CUDA events, NCCL's asynchronous error), so test() and wait() are the same
-/// loop everywhere and a subclass only says what one look is (poll()). Thread safety: test() and
+/// The Work of every device backend (the NCCL replica group's, nccl_work.cc, which NcclBackend
+/// uses too; host-staged): completion is found by polling (CUDA events, NCCL's asynchronous
+/// error), so test() and wait() are the same loop everywhere and a subclass only says what one
+/// look is (poll()). Thread safety: test() and
 /// wait() may be called from any thread; poll() runs under the Work's mutex.
 class PolledDeviceWork : public Work {
  public:

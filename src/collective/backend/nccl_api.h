@@ -2,7 +2,8 @@
 // function pointers with no NCCL or CUDA type in it. nccl_api.cc fills it from the real libraries
 // (builds with NCCL only); tests fill it with a fake (tests/unit/collective/fake_nccl.h), which
 // drives the in-progress -> timeout -> abort path and the error mapping on machines without a
-// GPU. NcclBackend (nccl_backend.h) uses nothing else, so it compiles in every build.
+// GPU. The NCCL replica group (nccl_group.h) and NcclBackend use nothing else, so they compile in
+// every build.
 //
 // Status codes are NCCL's ncclResult_t values (for the NCCL entries) and cudaError_t values (for
 // the CUDA entries), as ints. Pointers to device memory and streams (cudaStream_t cast to void*)
@@ -12,6 +13,7 @@
 #include <array>
 #include <cstddef>
 
+#include "collective/backend/cuda_api.h"  // CudaStatus: the CUDA entries' codes
 #include "mwms/types.h"
 
 namespace mwms::collective {
@@ -28,11 +30,8 @@ enum NcclStatus : int {
   kNcclInProgress = 7,
 };
 
-/// cudaError_t values the backend tells apart (driver_types.h).
-enum CudaStatus : int { kCudaSuccess = 0, kCudaErrorNotReady = 600 };
-
 /// NCCL's unique id (ncclUniqueId: NCCL_UNIQUE_ID_BYTES = 128 opaque bytes), made by rank 0 and
-/// sent to every rank through our bootstrap (Note [nccl unique id] in device_communicator.cc).
+/// sent to every rank through our bootstrap (Note [nccl unique id] in nccl_unique_id.cc).
 struct NcclUniqueId {
   std::array<unsigned char, 128> bytes{};
 };

@@ -32,7 +32,7 @@ class StagedWork final : public PolledDeviceWork {
   // One look at the event after the copies back.
   bool poll() noexcept override {
     const int q = shared_->api->event_query(event_);
-    if (q == 0) return finish(nullptr);
+    if (q == kCudaSuccess) return finish(nullptr);
     if (q != kCudaNotReady) {
       return fail(cuda_error(q, shared_->api->error_string(q), "cudaEventQuery (copy back)", ctx_));
     }
@@ -74,10 +74,11 @@ StagedBackend::StagedBackend(const CudaApi& api, std::unique_ptr<Communicator> e
   const ErrorContext ctx = context("host-staged init");
   int count = 0;
   const int r = api.get_device_count(&count);
-  if (r != 0 || count <= 0) {
-    // cudaErrorInsufficientDriver 35: no NVIDIA driver; cudaErrorNoDevice 100: no GPU.
+  if (r != kCudaSuccess || count <= 0) {
+    // cudaErrorInsufficientDriver: no NVIDIA driver; cudaErrorNoDevice: no GPU.
+    const int code = r != kCudaSuccess ? r : kCudaErrorNoDevice;
     std::rethrow_exception(cuda_error(
-        r != 0 ? r : 100, api.error_string(r != 0 ? r : 100),
+        code, api.error_string(code),
         "no usable CUDA device on this machine (no NVIDIA driver or no GPU; DeviceCommunicator "
         "needs one, CPU buffers go through Communicator): cudaGetDeviceCount",
         ctx));
@@ -101,13 +102,9 @@ StagedBackend::~StagedBackend() {
   const CudaApi& api = *shared_->api;
   bool drained = true;
   if (drain_ != nullptr) {  // a failed collective's copies (launch)
-    const Deadline deadline = common::deadline_after(options_.timeout_seconds);
-    PollBackoff backoff;
-    int q = kCudaNotReady;
-    while ((q = api.event_query(drain_)) == kCudaNotReady && Clock::now() < deadline) {
-      backoff.pause();
-    }
-    drained = q == 0;
+    const int q =
+        poll_event(api.event_query, drain_, common::deadline_after(options_.timeout_seconds));
+    drained = q == kCudaSuccess;
     api.event_destroy(drain_);
   }
   for (CudaEvent e : piece_events_) api.event_destroy(e);
@@ -210,24 +207,18 @@ void StagedBackend::copy(void* dst, const void* src, std::size_t bytes, CudaCopy
 
 void StagedBackend::wait_event(CudaEvent event, const char* what, Deadline deadline,
                                const ErrorContext& ctx) {
-  PollBackoff backoff;
-  for (;;) {
-    const int q = shared_->api->event_query(event);
-    if (q == 0) return;
-    if (q != kCudaNotReady) check(q, what, ctx);
-    if (Clock::now() > deadline) {
-      ErrorContext t = ctx;
-      t.timeout_seconds = options_.timeout_seconds;
-      std::exception_ptr e = std::make_exception_ptr(TimeoutError(
-          std::string("host-staged ") + ctx.op + ": " + what + " did not complete within " +
-              seconds_text(options_.timeout_seconds) +
-              " (a kernel before it on the stream is still running?)",
-          t));
-      shared_->fail(e);
-      std::rethrow_exception(e);
-    }
-    backoff.pause();
-  }
+  const int q = poll_event(shared_->api->event_query, event, deadline);
+  if (q == kCudaSuccess) return;
+  if (q != kCudaNotReady) check(q, what, ctx);
+  ErrorContext t = ctx;
+  t.timeout_seconds = options_.timeout_seconds;
+  std::exception_ptr e = std::make_exception_ptr(
+      TimeoutError(std::string("host-staged ") + ctx.op + ": " + what +
+                       " did not complete within " + seconds_text(options_.timeout_seconds) +
+                       " (a kernel before it on the stream is still running?)",
+                   t));
+  shared_->fail(e);
+  std::rethrow_exception(e);
 }
 
 CudaEvent StagedBackend::piece_event(std::size_t i, const ErrorContext& ctx) {

@@ -47,31 +47,32 @@ class FakeComm final : public mwms::DeviceCommunicator {
   int world_size() const noexcept override { return 1; }
   int device() const noexcept override { return 0; }
 
-  std::shared_ptr<Work> all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp,
-                                   DeviceStream stream) override {
+  std::shared_ptr<Work> all_reduce_async(void* buffer, std::size_t count, DataType dtype, ReduceOp,
+                                         DeviceStream stream) override {
     CHECK(stream.handle == expected_stream);
     ++all_reduces;
     maybe_corrupt(buffer, count, dtype);
     return std::make_shared<DoneWork>();
   }
-  std::shared_ptr<Work> all_reduce_bucket(const DeviceTensor* tensors, std::size_t n, DataType,
-                                          ReduceOp, DeviceStream) override {
+  std::shared_ptr<Work> all_reduce_bucket_async(const DeviceTensor* tensors, std::size_t n,
+                                                DataType, ReduceOp, DeviceStream) override {
     bucket_sizes.push_back(n);
     CHECK(tensors != nullptr);
     return std::make_shared<DoneWork>();
   }
-  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, std::size_t, DataType,
-                                       ReduceOp, DeviceStream) override {
+  std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, std::size_t, DataType,
+                                             ReduceOp, DeviceStream) override {
     CHECK(send == recv);  // rank 0's block starts the buffer
     return std::make_shared<DoneWork>();
   }
-  std::shared_ptr<Work> all_gather(const void* send, void* recv, std::size_t count, DataType dtype,
-                                   DeviceStream) override {
+  std::shared_ptr<Work> all_gather_async(const void* send, void* recv, std::size_t count,
+                                         DataType dtype, DeviceStream) override {
     CHECK(send == recv);
     maybe_corrupt(recv, count, dtype);
     return std::make_shared<DoneWork>();
   }
-  std::shared_ptr<Work> broadcast(void*, std::size_t, DataType, int root, DeviceStream) override {
+  std::shared_ptr<Work> broadcast_async(void*, std::size_t, DataType, int root,
+                                        DeviceStream) override {
     CHECK(root == 0);
     return std::make_shared<DoneWork>();
   }
