@@ -65,6 +65,8 @@ bool ControlPlane::poll(const pollfd* extra, int n_extra, int timeout_ms,
     fds_[static_cast<std::size_t>(k)] = {links_[p].fd(), POLLIN, 0};
     fd_peer_[static_cast<std::size_t>(k++)] = static_cast<int>(p);
   }
+  // One poll over the caller's descriptors and every open control link: data and control are
+  // waited on together, so an abort wakes a rank blocked on a TCP data socket.
   int rc = ::poll(fds_.data(), static_cast<nfds_t>(k), timeout_ms);
   polled_ = common::Clock::now();  // Note [heartbeat]: silence counts up to here
   if (rc <= 0) return false;       // 0: timed out; -1 (EINTR): the caller polls again
