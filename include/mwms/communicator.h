@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mwms/api.h"
@@ -63,11 +64,12 @@ class MWMS_API Work {
   /// True once the collective has completed on this rank, successfully or not. Never blocks,
   /// never throws.
   virtual bool test() noexcept = 0;
-  /// Blocks until the collective completed, for at most `timeout_seconds` (<= 0: the
-  /// communicator's timeout). Rethrows the collective's error (TimeoutError, PeerError,
-  /// CollectiveMismatchError, InvalidUsage, ...). @throws TimeoutError when it has not completed
-  /// in time (the collective itself keeps running under its own deadline).
-  virtual void wait(double timeout_seconds = 0) = 0;
+  /// Blocks until the collective completed, for at most `timeout_seconds` (> 0; unset: the
+  /// communicator's timeout; a value <= 0 still means unset for one release, deprecated: Note
+  /// [option sentinels], mwms/options.h). Rethrows the collective's error (TimeoutError,
+  /// PeerError, CollectiveMismatchError, InvalidUsage, ...). @throws TimeoutError when it has not
+  /// completed in time (the collective itself keeps running under its own deadline).
+  virtual void wait(std::optional<double> timeout_seconds = std::nullopt) = 0;
 
  protected:
   /// Only the communicator's implementation creates handles (the *_async calls).

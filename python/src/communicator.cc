@@ -52,7 +52,7 @@ void PyCommunicator::prune() {
   pending_.resize(kept);
 }
 
-void PyCommunicator::wait(Work& work, const char* op, double timeout_seconds) {
+void PyCommunicator::wait(Work& work, const char* op, std::optional<double> timeout_seconds) {
   run_interruptibly(*comm_, op, [&] { work.wait(timeout_seconds); });
   prune();
 }
@@ -75,7 +75,7 @@ class PyWork {
   bool test() { return work_->test(); }
 
   void wait(std::optional<double> timeout_seconds) {
-    nb::inst_ptr<PyCommunicator>(owner_)->wait(*work_, op_, timeout_seconds.value_or(0));
+    nb::inst_ptr<PyCommunicator>(owner_)->wait(*work_, op_, timeout_seconds);
   }
 
   std::string repr() {

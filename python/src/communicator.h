@@ -34,7 +34,7 @@ class PyCommunicator {
   /// Keeps `buffers` alive until `work` (already started) has completed; returns `work`.
   std::shared_ptr<Work> track(std::shared_ptr<Work> work, std::vector<Buffer> buffers);
   /// Waits for `work` (started by `op`) with the GIL released, interruptibly; rethrows its error.
-  void wait(Work& work, const char* op, double timeout_seconds = 0);
+  void wait(Work& work, const char* op, std::optional<double> timeout_seconds = std::nullopt);
   /// Orderly shutdown (Communicator::finalize), interruptibly.
   void finalize();
   /// Drops the buffers of collectives that have completed. Under the GIL.

@@ -15,6 +15,7 @@
 #include "bootstrap/mpi_runtime.h"
 #include "collective/backend/backend.h"
 #include "collective/communicator_factory.h"
+#include "collective/option_values.h"
 #include "collective/engine/control_plane.h"
 #include "collective/trace.h"
 #include "common/env.h"
@@ -36,8 +37,8 @@ class WorkImpl final : public Work {
     std::lock_guard<std::mutex> lock(mutex_);
     return done_;
   }
-  void wait(double timeout_seconds) override {
-    double t = timeout_seconds > 0 ? timeout_seconds : default_timeout_;
+  void wait(std::optional<double> timeout_seconds) override {
+    const double t = seconds_or(timeout_seconds, default_timeout_, "Work::wait's timeout_seconds");
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, std::chrono::duration<double>(t), [&] { return done_; })) {
       throw TimeoutError("asynchronous collective did not complete within " +

@@ -35,6 +35,12 @@ double seconds_option(const std::optional<double>& value, const char* field, con
   return common::env_double(env_name);
 }
 
+double seconds_or(const std::optional<double>& value, double fallback, const char* field) noexcept {
+  if (value && *value > 0) return *value;
+  if (value) warn_sentinel(field, "0 (or less)", "the collective's own timeout");
+  return fallback;
+}
+
 long long bytes_option(const std::optional<std::size_t>& value, const char* field,
                        const char* env_name) {
   if (bytes_option_set(value)) return static_cast<long long>(*value);

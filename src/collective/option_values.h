@@ -17,6 +17,11 @@ namespace mwms::collective {
 /// variable, as common::env_double).
 double seconds_option(const std::optional<double>& value, const char* field, const char* env_name);
 
+/// A duration given to a call rather than set in an options struct (Work::wait's limit):
+/// `value` when set and > 0, else `fallback`; a set value <= 0 is the deprecated "unset".
+/// Thread-safe. Never throws.
+double seconds_or(const std::optional<double>& value, double fallback, const char* field) noexcept;
+
 /// A byte-size option: `value` when set and > 0, else the integer variable `env_name`. A set 0
 /// is the deprecated "unset". Thread-safe. @throws InvalidArgument (as common::env_int).
 long long bytes_option(const std::optional<std::size_t>& value, const char* field,

@@ -315,7 +315,7 @@ TEST_CASE("host-staged: a message cut into pipeline pieces equals the engine on 
       host->all_reduce(packed.data() + lo, std::min(piece, packed.size() - lo), DataType::kFloat32,
                        ReduceOp::kSum);
     }
-    staged.launch(calls.data(), calls.size(), nullptr)->wait(0);
+    staged.launch(calls.data(), calls.size(), nullptr)->wait();
     std::size_t off = 0;
     for (std::size_t k = 0; k < 3; ++k) {
       if (std::memcmp(calls[k].recv, packed.data() + off, counts[k] * 4) != 0) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "collective/backend/cuda_api.h"
+#include "collective/option_values.h"
 #include "common/socket.h"
 
 namespace mwms::collective {
@@ -28,8 +29,8 @@ bool PolledDeviceWork::test() noexcept {
   return look();
 }
 
-void PolledDeviceWork::wait(double timeout_seconds) {
-  const double limit = timeout_seconds > 0 ? timeout_seconds : timeout_;
+void PolledDeviceWork::wait(std::optional<double> timeout_seconds) {
+  const double limit = seconds_or(timeout_seconds, timeout_, "Work::wait's timeout_seconds");
   const common::Deadline wait_deadline = common::deadline_after(limit);
   PollBackoff backoff;
   for (;;) {

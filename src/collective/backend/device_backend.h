@@ -74,11 +74,11 @@ class PolledDeviceWork : public Work {
   /// Under the mutex: done, or one more look. Never throws.
   bool test() noexcept final;
   /// Polls with PollBackoff until poll() reports completion or failure, for at most
-  /// `timeout_seconds` (<= 0: the collective's own timeout), then rethrows the failure if any.
+  /// `timeout_seconds` (unset: the collective's own timeout), then rethrows the failure if any.
   /// @throws the collective's error (BackendError, PeerError, TimeoutError: its own deadline
   ///   passed, so the backend aborted), TimeoutError (this wait's limit passed while the
   ///   collective still runs under its own deadline).
-  void wait(double timeout_seconds) final;
+  void wait(std::optional<double> timeout_seconds) final;
 
  protected:
   /// `label` names the backend in messages ("nccl", "host-staged", ...); `ctx` the collective

@@ -93,7 +93,7 @@ StagedBackend::StagedBackend(const CudaApi& api, std::unique_ptr<Communicator> e
 StagedBackend::~StagedBackend() {
   if (last_) {
     try {
-      last_->wait(0);
+      last_->wait(std::nullopt);
     } catch (const std::exception& e) {
       MWMS_LOG_WARN(kColl, "host-staged: the last collective failed at shutdown: " << e.what());
     }
@@ -334,7 +334,7 @@ std::shared_ptr<Work> StagedBackend::launch(const DeviceCall* calls, std::size_t
   // The previous call's copies back read the staging buffer, maybe on another stream.
   if (last_) {
     std::shared_ptr<StagedWork> previous = std::move(last_);
-    previous->wait(0);
+    previous->wait(std::nullopt);
   }
   const Deadline deadline = common::deadline_after(options_.timeout_seconds);
   try {
@@ -394,7 +394,7 @@ void StagedBackend::finalize() {
   throw_if_unusable(ctx);
   if (last_) {
     std::shared_ptr<StagedWork> previous = std::move(last_);
-    previous->wait(0);  // a failure poisoned us and is thrown
+    previous->wait(std::nullopt);  // a failure poisoned us and is thrown
   }
   try {
     engine_->finalize();

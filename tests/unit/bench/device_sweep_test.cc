@@ -35,7 +35,7 @@ using mwms::Work;
 class DoneWork final : public Work {
  public:
   bool test() noexcept override { return true; }
-  void wait(double) override {}
+  void wait(std::optional<double>) override {}
 };
 
 // One rank: every collective leaves its in-place buffer as it is, which is the right result;

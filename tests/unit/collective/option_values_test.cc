@@ -47,6 +47,11 @@ TEST_CASE("option sentinels: unset reads the variable, a set value is taken", "[
   CHECK(mc::algorithm_option(std::string("rd")) == "rd");
   CHECK(mc::transport_option(std::nullopt, "f") == std::nullopt);
   CHECK(mc::transport_option(TransportChoice::kShm, "f") == TransportChoice::kShm);
+  // Work::wait's limit: the call's value, else the collective's own timeout (0: deprecated unset).
+  CHECK(mc::seconds_or(std::nullopt, 42.0, "w") == 42.0);
+  CHECK(mc::seconds_or(0.25, 42.0, "w") == 0.25);
+  CHECK(mc::seconds_or(0.0, 42.0, "w") == 42.0);
+  CHECK(mc::seconds_or(-3.0, 42.0, "w") == 42.0);
 }
 
 TEST_CASE("option sentinels: the deprecated 0.x spellings still compile and read as unset",
