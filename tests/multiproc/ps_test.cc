@@ -384,6 +384,13 @@ TEST_CASE("a worker killed in asynchronous mode: the others finish, the ps names
       s.apply_gradients();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    // The chief's finalize() ends the job (should_stop on the others): on a loaded machine the
+    // other survivor may still be training, so the chief waits until every push of the survivors
+    // (30 + 30) and of the killed worker (3) has been applied before it says goodbye.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (s.is_chief() && s.pull() < 63 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     report("step=" + std::to_string(s.global_step()));
     s.finalize();
   });
