@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "bootstrap/error_context.h"
 #include "collective/backend/nccl_api.h"
 #include "collective/backend/nccl_group.h"
 #include "collective/backend/nccl_unique_id.h"
@@ -53,11 +54,7 @@ const NcclApi* default_nccl_api() noexcept { return real_nccl_api(); }
 
 std::unique_ptr<DeviceGroup> DeviceGroup::create(const NcclApi* api, Communicator& comm,
                                                  const DeviceGroupOptions& options) {
-  ErrorContext ctx;
-  ctx.rank = comm.rank();
-  ctx.world_size = comm.world_size();
-  ctx.task = comm.cluster().task_name();
-  ctx.op = "GPU replicas";
+  ErrorContext ctx = bootstrap::task_context(comm.cluster(), "GPU replicas");
   if (api == nullptr) {
     throw InvalidUsage(
         "ReplicaOptions::device = kGpu needs a build with NCCL (MWMS_WITH_CUDA=ON and NCCL "

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "bootstrap/error_context.h"
 #include "collective/option_values.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -138,10 +139,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ResolvedCluster& 
     impl_->device_streams.assign(static_cast<std::size_t>(impl_->local_replicas), nullptr);
   }
   if (impl_->local_replicas > 1) {
-    ErrorContext ctx;
-    ctx.rank = impl_->comm->rank();
-    ctx.world_size = impl_->comm->world_size();
-    ctx.task = impl_->comm->cluster().task_name();
+    const ErrorContext ctx = bootstrap::task_context(impl_->comm->cluster(), "");
     impl_->replicas = std::make_unique<strategy::LocalReplicas>(
         impl_->local_replicas, *impl_->options.timeout_seconds, impl_->comm->rank(), ctx);
   }
