@@ -12,7 +12,6 @@
 #include <string>
 
 #include "collective/engine/message_channel.h"
-#include "common/logging.h"
 #include "mwms/parameter_server.h"
 #include "strategy/ps/parameter_server_strategy_impl.h"
 #include "strategy/ps/ps_protocol.h"
