@@ -12,9 +12,10 @@
 // their mean is applied, the version advances and every held reply goes out. Asynchronous: each
 // gradient is applied on arrival; its staleness is the version now minus the version the worker
 // pulled; with max_staleness, the reply of a worker more than that many pushes ahead of the
-// slowest live worker is held until it is not. Note [ps streamed apply] (ps_server.cc): pushes
-// are consumed straight from the link as they arrive, one at a time, and replies go out as the
-// update reaches their bytes (Note [ps step pipeline]).
+// slowest live worker is held until it is not. Note [ps streamed apply] (ps_server_steps.cc):
+// pushes are consumed straight from the link as they arrive, one at a time, and replies go out as
+// the update reaches their bytes (Note [ps step pipeline]). PsServer::State, shared by
+// ps_server.cc, ps_server_steps.cc and ps_server_admin.cc, is in ps_server_state.h.
 #pragma once
 
 #include <memory>

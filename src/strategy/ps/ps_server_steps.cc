@@ -1,0 +1,295 @@
+// A parameter server's pushes and pulls (Note [ps serving] in ps_server.h): the optimizer on a
+// range of the ps's buffer, the receive sink that consumes a push straight from the link and the
+// line of pushes waiting to stream (Note [ps streamed apply], below), the synchronous step that
+// applies the mean of replicas_to_aggregate gradients with every held reply let out behind it
+// (Note [ps step pipeline]), dropped steps, and the asynchronous max_staleness holds. The state
+// is ps_server_state.h; the loop that calls these is ps_server.cc.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/logging.h"
+#include "mwms/optimizer.h"
+#include "strategy/ps/ps_server_state.h"
+
+namespace mwms::strategy::ps {
+
+namespace {
+
+using collective::FrameHeader;
+using detail::kStalenessBuckets;
+using detail::Worker;
+
+}  // namespace
+
+void PsServer::State::ApplySink::on_envelope(const FrameHeader& h) {
+  Worker& w = *st.streaming;
+  check_segment(h, st.layout, w.segment, w.version, st.peer_ctx(w, "ps push"));
+}
+
+void PsServer::State::ApplySink::consume(std::size_t offset, const char* data, std::size_t bytes) {
+  Worker& w = *st.streaming;
+  const Segment& seg = st.layout.segments[w.segment];
+  const std::size_t first = seg.element_offset + offset / sizeof(float);
+  const std::size_t count = bytes / sizeof(float);
+  if (st.job.sync_replicas) {
+    float* a = st.accum.data() + first;
+    if (st.streaming_first) {
+      std::memcpy(a, data, count * sizeof(float));
+    } else {
+      const float* g = reinterpret_cast<const float*>(data);
+      for (std::size_t i = 0; i < count; ++i) a[i] += g[i];
+    }
+    return;
+  }
+  st.apply_range(first, reinterpret_cast<const float*>(data), count);
+  // These values are final for this version: the reply may carry them now.
+  if (w.reply_streamed) st.ch.set_ready(w.rank, w.tickets[w.segment], offset + bytes);
+}
+
+void PsServer::State::apply_range(std::size_t first, const float* grad, std::size_t count) {
+  for (std::size_t k = 0; k < slots.size(); ++k) slot_ptrs[k] = slots[k].data() + first;
+  apply_gradient(optimizer, values.data() + first, grad, slot_ptrs.data(), count,
+                 static_cast<std::int64_t>(version));
+}
+
+void PsServer::State::apply(const float* grad) {
+  drain_sends();
+  ++version;
+  apply_range(0, grad, layout.total);
+  stats.global_step = static_cast<std::int64_t>(version);
+}
+
+// Note [ps streamed apply]: a push is consumed as its bytes arrive, straight from the link (a
+// shared-memory ring: the gradient is never copied into `grad`), instead of being received whole
+// and consumed in a second pass; one push streams at a time, the others wait in line (FIFO) with
+// their bytes still in the link.
+// - Asynchronous: the push is applied as it arrives. Applying changes `values`, which replies are
+//   sent from (Note [ps serving]), so it starts only once no reply is in flight, and until it
+//   ends every other reply and save is deferred. Its reply (without max_staleness: kApplied at
+//   the new version) is queued when it starts and let out segment by segment as the update
+//   reaches it, overlapping the push. The version and staleness are taken when it starts. A
+//   worker lost mid-push leaves the part of its gradient that arrived applied: asynchronous
+//   training tolerates a partial stale update as it tolerates a stale one.
+// - Synchronous: a push of the current version is summed into `accum` as it arrives (the first
+//   one copied); the step completes only between pushes. A worker lost mid-push leaves a partial
+//   sum, so that step's gradients are dropped (kDropped: the workers compute them again on the
+//   same version) rather than applied.
+void PsServer::State::start_streaming(Worker& w) {
+  streaming = &w;
+  w.streamed = true;
+  if (job.sync_replicas) {
+    streaming_first = accumulated == 0;
+    return;
+  }
+  drain_sends();
+  const std::uint64_t stale = version - w.version;
+  ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
+  ++version;
+  stats.global_step = static_cast<std::int64_t>(version);
+  w.reply_streamed = job.max_staleness < 0;
+  if (w.reply_streamed) queue_values(w, PsStatus::kApplied, true);
+}
+
+// The streamed push is complete (or its worker lost): deferred replies and saves go out. The
+// next push in line starts with start_next_push(), once the caller has accounted for this one.
+void PsServer::State::end_streaming() {
+  if (streaming == nullptr) return;
+  streaming->streamed = false;
+  streaming->reply_streamed = false;
+  streaming = nullptr;
+  for (Worker& x : workers) {
+    if (x.lost) continue;
+    if (x.reply_deferred) {
+      x.reply_deferred = false;
+      send_values(x, x.deferred_status);
+    }
+    if (x.save_deferred) {
+      x.save_deferred = false;
+      on_save(x);
+    }
+  }
+}
+
+void PsServer::State::start_next_push() {
+  if (streaming != nullptr) return;
+  Worker* next = nullptr;
+  for (Worker& x : workers) {
+    if (x.lost || x.push_waiting == 0) continue;
+    if (next == nullptr || x.push_waiting < next->push_waiting) next = &x;
+  }
+  if (next == nullptr) return;
+  next->push_waiting = 0;
+  next->phase = Phase::kPushData;
+  // A synchronous push that a completed step made stale lands in `grad` and is dropped.
+  if (!ended && (!job.sync_replicas || next->version == version)) start_streaming(*next);
+  expect_segment(*next, next->grad.data());
+}
+
+// Synchronous: the sum of this step is lost (Note [ps streamed apply]); every held gradient is
+// dropped and its worker computes it again on the same version.
+void PsServer::State::drop_step(const char* why) {
+  if (accumulated == 0) return;  // only the lost push's own partial sum, overwritten next
+  MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": dropped step " << version << "'s "
+                              << accumulated << " gradient(s): " << why);
+  stats.dropped_stale += accumulated;
+  accumulated = 0;
+  for (Worker& x : workers) {
+    if (!awaits_values(x)) continue;
+    send_values(x, PsStatus::kDropped);
+    expect_request(x);
+  }
+}
+
+void PsServer::State::on_pull_or_push(Worker& w, const FrameHeader& h, const ErrorContext& c) {
+  if (!initialized || !w.joined) {
+    refuse(w, std::string(kind_name(w.request)) + " before the variables were initialized");
+    return;
+  }
+  if (w.request == PsKind::kPull) {
+    send_values(w, ended ? PsStatus::kEnded : PsStatus::kApplied);
+    expect_request(w);
+    return;
+  }
+  if (h.seq > version) {
+    throw PeerError("pushed a gradient of version " + std::to_string(h.seq) +
+                    ", newer than this ps's " + std::to_string(version), c);
+  }
+  w.version = h.seq;
+  w.segment = 0;
+  ++stats.pushes;
+  stats.bytes_pushed[0] += bytes();
+  if (layout.segments.empty()) {
+    on_push(w);
+    return;
+  }
+  if (!ended && streaming != nullptr) {
+    w.phase = Phase::kHeld;  // Note [ps streamed apply]: streams after the one running
+    w.push_waiting = ++line;
+    return;
+  }
+  w.phase = Phase::kPushData;
+  if (!ended && (!job.sync_replicas || w.version == version)) start_streaming(w);
+  expect_segment(w, w.grad.data());
+}
+
+void PsServer::State::on_push(Worker& w) {
+  const bool streamed = w.streamed;
+  const bool replied = w.reply_streamed;
+  end_streaming();
+  if (ended) {
+    if (!replied) send_values(w, PsStatus::kEnded);
+    expect_request(w);
+    start_next_push();
+    return;
+  }
+  if (job.sync_replicas) {
+    if (w.version < version) {
+      ++stats.dropped_stale;  // SyncReplicasOptimizer drops gradients of older steps
+      send_values(w, PsStatus::kDropped);
+      expect_request(w);
+      start_next_push();
+      return;
+    }
+    if (!streamed && accumulated == 0) {
+      std::memcpy(accum.data(), w.grad.data(), accum.size() * sizeof(float));
+    } else if (!streamed) {
+      const float* g = w.grad.data();
+      float* a = accum.data();
+      for (std::size_t i = 0; i < accum.size(); ++i) a[i] += g[i];
+    }
+    streaming_first = false;
+    ++accumulated;
+    ++stats.staleness_histogram[0];
+    w.phase = Phase::kHeld;
+    maybe_complete_step();
+    start_next_push();
+    return;
+  }
+  if (streamed) {
+    ++stats.applied;
+    ++w.clock;
+    if (replied) {
+      expect_request(w);
+    } else {
+      w.phase = Phase::kHeld;
+      release_held();
+      if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
+    }
+    start_next_push();
+    return;
+  }
+  const std::uint64_t stale = version - w.version;
+  ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
+  apply(w.grad.data());
+  ++stats.applied;
+  ++w.clock;
+  w.phase = Phase::kHeld;
+  release_held();
+  if (w.phase == Phase::kHeld) ++stats.held_back;  // max_staleness: ahead of the slowest
+}
+
+// Synchronous: Note [ps serving].
+void PsServer::State::maybe_complete_step() {
+  if (accumulated == 0 || streaming != nullptr) return;  // a step completes between pushes
+  const int need = std::max(1, std::min(job.replicas_to_aggregate, live()));
+  if (accumulated < need) return;
+  const float inv = static_cast<float>(accumulated);
+  stats.applied += accumulated;
+  accumulated = 0;
+  drain_sends();
+  ++version;
+  stats.global_step = static_cast<std::int64_t>(version);
+  // Note [ps step pipeline]: every held reply is queued now and let out chunk by chunk as the
+  // update reaches it, so the workers copy the first values while the ps updates the rest (and
+  // the ps's link copies each chunk while it is still in this core's cache).
+  for (Worker& x : workers) {
+    if (awaits_values(x)) queue_values(x, PsStatus::kApplied, true);
+  }
+  const ErrorContext c = ctx("ps step");
+  constexpr std::size_t kChunk = 16384;  // elements: 64 KiB of values, slots and accum
+  std::size_t segment = 0;
+  for (std::size_t first = 0; first < layout.total; first += kChunk) {
+    const std::size_t n = std::min(kChunk, layout.total - first);
+    float* a = accum.data() + first;
+    for (std::size_t i = 0; i < n; ++i) a[i] /= inv;  // ConditionalAccumulator.take_grad: mean
+    apply_range(first, a, n);
+    const std::size_t done = first + n;
+    while (segment < layout.segments.size()) {
+      const Segment& sg = layout.segments[segment];
+      const std::size_t upto = std::min(done, sg.element_offset + sg.count);
+      for (Worker& x : workers) {
+        if (awaits_values(x)) {
+          ch.set_ready(x.rank, x.tickets[segment], (upto - sg.element_offset) * sizeof(float));
+        }
+      }
+      if (upto < sg.element_offset + sg.count) break;
+      ++segment;
+    }
+    ch.pump(c);
+  }
+  for (Worker& x : workers) {
+    if (awaits_values(x)) expect_request(x);
+  }
+}
+
+// Asynchronous: replies held by max_staleness (stale-synchronous parallel) go out once the
+// slowest live worker is within the bound.
+void PsServer::State::release_held() {
+  std::int64_t slowest = -1;
+  for (const Worker& x : workers) {
+    if (x.bye || x.lost || !x.joined) continue;
+    slowest = slowest < 0 ? x.clock : std::min(slowest, x.clock);
+  }
+  for (Worker& x : workers) {
+    if (!awaits_values(x)) continue;
+    if (!ended && job.max_staleness >= 0 && slowest >= 0 &&
+        x.clock - slowest > job.max_staleness) {
+      continue;
+    }
+    send_values(x, ended ? PsStatus::kEnded : PsStatus::kApplied);
+    expect_request(x);
+  }
+}
+
+}  // namespace mwms::strategy::ps
