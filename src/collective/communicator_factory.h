@@ -18,8 +18,8 @@ namespace mwms::collective {
 /// Every task of a job connected: one link per peer over the transport chosen for the pair, the
 /// control plane (heartbeat running) and the engine options resolved from CommunicatorOptions and
 /// MWMS_* variables. What a Communicator is built on, and what the parameter-server mode talks
-/// over (Note [ps job mesh] in strategy/ps/ps_mesh.h): the same links, deadlines, abort relay
-/// and authentication.
+/// over (Note [ps job mesh] in strategy/ps/parameter_server_strategy.cc): the same links,
+/// deadlines, abort relay and authentication.
 struct ConnectedJob {
   ResolvedCluster cluster;                   // ring filled in by the rendezvous
   std::vector<bootstrap::PeerInfo> peers;    // by rank; empty for a world of one
