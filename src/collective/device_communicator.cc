@@ -168,24 +168,19 @@ std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
       positive_or(options.connect_timeout_seconds, "MWMS_CONNECT_TIMEOUT_SECONDS");
   ErrorContext ctx = bootstrap::task_context(cluster, "nccl unique id");
   ctx.transport = "nccl";
-  // Note [nccl unique id]: rank 0 makes it and publishes it in its peer info.
+  // Note [nccl unique id]: rank 0 makes the message (status and id) and publishes it in its peer
+  // info; a failing ncclGetUniqueId is read from it on every rank, rank 0's own included.
   bootstrap::PeerInfo mine;
   mine.transport = "nccl";
-  NcclUniqueId id;
-  if (cluster.task_id == 0) {
-    const int r = api->get_unique_id(&id);
-    if (r != kNcclSuccess) {
-      std::rethrow_exception(to_error(*api, NativeSource::kNccl, r, "ncclGetUniqueId", nullptr, ctx));
-    }
-    mine.blobs["nccl"] = to_hex(id);
-  }
+  UniqueIdMessage message{};
+  if (cluster.task_id == 0) mine.blobs["nccl"] = to_hex(message = make_unique_id_message(*api));
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, connect_timeout, mine);
   const ResolvedCluster& c = rv.cluster;
   int local_rank = c.local_rank;
   if (!rv.peers.empty()) {
     const bootstrap::PeerInfo& leader = rv.peers.front();
     auto blob = leader.blobs.find("nccl");
-    if (blob == leader.blobs.end() || !from_hex(blob->second, &id)) {
+    if (blob == leader.blobs.end() || !from_hex(blob->second, &message)) {
       ctx.peer_rank = 0;
       ctx.peer_address = leader.address;
       throw BootstrapError("rank 0 published no valid NCCL unique id (is it a DeviceCommunicator "
@@ -204,6 +199,7 @@ std::unique_ptr<DeviceCommunicator> create_nccl(const ResolvedCluster& cluster,
                              "or kRing (the host-staged path)", ctx);
     }
   }
+  const NcclUniqueId id = read_unique_id_message(*api, message, c.task_id == 0, "rank 0", ctx);
   NcclBackendOptions o;
   o.rank = c.task_id;
   o.world_size = std::max(1, c.num_workers);

@@ -45,3 +45,36 @@ TEST_CASE("the NCCL unique id of rank 0 reaches every rank through the rendezvou
     CHECK(r.output.find(r.rank == 0 ? " made 1" : " made 0") != std::string::npos);
   }
 }
+
+TEST_CASE("a failing ncclGetUniqueId on rank 0 fails every rank with NCCL's code",
+          "[tcp][multiproc][nccl]") {
+  mwms::testing::LaunchOptions opts;
+  opts.world_size = 2;
+  opts.timeout_seconds = 60;
+  auto results = mwms::testing::run_ranks(opts, [](int rank, const std::string& tf_config,
+                                                   const auto& report) {
+    auto& world = mwms::testing::FakeNcclWorld::get();
+    world.reset();
+    if (rank == 0) world.fail("get_unique_id", mwms::collective::kNcclInvalidUsage);
+    mwms::CommunicatorOptions o;
+    o.connect_timeout_seconds = 20;
+    o.timeout_seconds = 10;
+    o.implementation = mwms::Implementation::kNccl;
+    try {
+      mwms::collective::create_device_communicator(mwms::resolve_tf_config(tf_config), o,
+                                                   &mwms::testing::fake_nccl_api(), nullptr);
+      report("created");
+    } catch (const mwms::Error& e) {
+      report(std::string("error: ") + e.what());
+    }
+  });
+  REQUIRE(results.size() == 2);
+  INFO(mwms::testing::describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == 0);
+    // Not a rendezvous timeout and not "no valid id": NCCL's own failure, on both ranks at once.
+    CHECK(r.output.rfind("error: ", 0) == 0);
+    CHECK(r.output.find(r.rank == 0 ? "ncclGetUniqueId" : "ncclGetUniqueId (rank 0)") !=
+          std::string::npos);
+  }
+}

@@ -272,6 +272,35 @@ TEST_CASE("nccl backend: argument checks and the unique id's hex form", "[unit][
   CHECK_FALSE(mc::from_hex(std::string(256, 'g'), &back));
 }
 
+TEST_CASE("nccl unique id: one message carries rank 0's status and id", "[unit][nccl]") {
+  FakeNcclWorld::get().reset();
+  mwms::ErrorContext ctx;
+  ctx.task = "worker 1";
+  const mc::UniqueIdMessage made = mc::make_unique_id_message(fake_nccl_api());
+  CHECK(made.words[0] == mc::kNcclSuccess);
+  mc::UniqueIdMessage carried;
+  REQUIRE(mc::from_hex(mc::to_hex(made), &carried));  // the rendezvous' carrier
+  const mc::NcclUniqueId id = mc::read_unique_id_message(fake_nccl_api(), carried, false,
+                                                        "rank 0", ctx);
+  CHECK(id.bytes == FakeNcclWorld::get().made_id.bytes);
+  // Outside input: only exactly 264 lower-case hex digits.
+  CHECK_FALSE(mc::from_hex(mc::to_hex(made).substr(2), &carried));
+  CHECK_FALSE(mc::from_hex(mc::to_hex(id), &carried));
+  CHECK_FALSE(mc::from_hex(std::string(264, 'G'), &carried));
+  // A failing ncclGetUniqueId travels as its code and fails the reader, naming the leader.
+  FakeNcclWorld::get().fail("get_unique_id", mc::kNcclInvalidUsage);
+  const mc::UniqueIdMessage failed = mc::make_unique_id_message(fake_nccl_api());
+  CHECK(failed.words[0] == mc::kNcclInvalidUsage);
+  REQUIRE(mc::from_hex(mc::to_hex(failed), &carried));
+  try {
+    mc::read_unique_id_message(fake_nccl_api(), carried, false, "rank 0", ctx);
+    FAIL("a failed ncclGetUniqueId was read as an id");
+  } catch (const mwms::BackendError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("ncclGetUniqueId (rank 0)"));
+    CHECK(e.context().task == "worker 1");
+  }
+}
+
 TEST_CASE("DeviceCommunicator without NCCL in the build says so", "[unit][nccl]") {
   mwms::ResolvedCluster alone;
   mwms::CommunicatorOptions nccl;
