@@ -14,6 +14,7 @@ namespace mwms::collective {
 namespace {
 
 constexpr std::size_t kHeader = sizeof(FrameHeader);
+constexpr std::size_t kMaxSleepers = 64;  // links one wait re-checks (on the stack, no allocation)
 
 double since(common::Clock::time_point t) {
   return std::chrono::duration<double>(common::Clock::now() - t).count();
@@ -391,7 +392,8 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
   check_deaths(ctx);
   pollfd fds[ControlPlane::kMaxExtra];  // the most ControlPlane::poll() takes beside its own
   int k = 0;
-  Link* sleeper = nullptr;
+  LinkWait sleepers[kMaxSleepers];  // Note [doorbell]: every link on the first one's doorbell
+  std::size_t num_sleepers = 0;
   bool more_fds = false;
   for (Peer& peer : peers_) {
     if (peer.link == nullptr || peer.failed || peer.retired) continue;
@@ -399,7 +401,13 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
     const bool want_write = peer.sending || peer.head != peer.tail;
     if (!want_read && !want_write) continue;
     if (peer.link->wait_fd() < 0) {
-      if (sleeper == nullptr) sleeper = peer.link;
+      // A link on another doorbell, or past kMaxSleepers, is not slept on: the 2 ms cap below
+      // brings this rank back to pump it.
+      if (num_sleepers == 0 ||
+          (num_sleepers < kMaxSleepers && peer.link->doorbell() != nullptr &&
+           peer.link->doorbell() == sleepers[0].link->doorbell())) {
+        sleepers[num_sleepers++] = {peer.link, want_write, want_read};
+      }
       continue;
     }
     if (k == ControlPlane::kMaxExtra) {
@@ -412,15 +420,16 @@ void MessageChannel::wait(double max_seconds, const ErrorContext& ctx) {
     if (want_write) events |= peer.link->wait_events(POLLOUT);
     fds[k++] = {peer.link->wait_fd(), events, 0};
   }
-  // Links without a descriptor share this rank's doorbell (Note [doorbell]): sleeping on one
-  // wakes for any; the sleep stays short because a bump that came before the sleep started is
-  // only seen by the next pump.
+  // Links without a descriptor share this rank's doorbell (Note [doorbell]): wait_links()
+  // announces this rank once and re-checks every one of them before the futex sleep, so a peer
+  // that moved on any of them is never missed. The sleep stays short (2 ms) only because
+  // descriptors are not polled during it.
   // Otherwise poll(2) wakes for every descriptor and control message, and 0.1 s only bounds how
   // late check_deaths() sees a peer that went silent (heartbeat) or whose process is gone.
-  double cap = sleeper != nullptr || more_fds ? 0.002 : 0.1;
+  double cap = num_sleepers > 0 || more_fds ? 0.002 : 0.1;
   const double sleep = std::max(0.0, std::min(max_seconds, cap));
-  if (sleeper != nullptr) {
-    sleeper->wait(sleep, true, true);
+  if (num_sleepers > 0) {
+    wait_links(sleepers, num_sleepers, sleep);
     // Then a look without sleeping again: control messages and the sockets' readiness.
     if (control_ != nullptr) {
       auto lock = control_->hold();

@@ -28,6 +28,8 @@
 
 namespace mwms::collective {
 
+struct Doorbell;  // transport/ring_link.h
+
 /// What one link is, read by the engine's descriptions and errors. Published by every Link. What
 /// the selector reads of a transport is its table entry's LinkTuning (Note [transport table]).
 struct TransportCaps {
@@ -126,6 +128,34 @@ class Link {
   /// Sleeps at most `max_seconds` or until the link may have progressed, for links without a
   /// descriptor (shm: a futex). `for_send`/`for_recv` say which direction is blocked.
   virtual void wait(double max_seconds, bool for_send, bool for_recv);
+
+  /// Note [doorbell]: the rank-wide wake-up word this link sleeps on, when the rank's other links
+  /// share it (every RingLink of a rank: shm and the in-memory transport), else nullptr. Links of
+  /// one word are waited on together by wait_links(), so a peer that moved on any of them wakes
+  /// the rank.
+  virtual Doorbell* doorbell() const noexcept { return nullptr; }
+  /// With doorbell(): whether the link moved in a blocked direction since the last poll (its
+  /// peer produced into the receive ring or freed space in the send ring). Called only after the
+  /// rank announced itself on the doorbell, which is what makes the re-check race-free.
+  virtual bool moved_since_poll(bool for_send, bool for_recv) const noexcept {
+    (void)for_send;
+    (void)for_recv;
+    return true;
+  }
 };
+
+/// One entry of wait_links(): a link and the direction(s) blocked on it.
+struct LinkWait {
+  Link* link = nullptr;
+  bool for_send = false;
+  bool for_recv = false;
+};
+
+/// Sleeps at most `max_seconds` or until one of `waits` may have progressed. All entries must
+/// share the first one's doorbell() (nullptr: the first entry's Link::wait() alone). One
+/// announcement on the doorbell, then a re-check of every entry, then one futex sleep (Note
+/// [doorbell]): waiting on one link of several would miss a peer that produced on another one
+/// before the announcement, and sleep until the caller's cap. Never throws; one thread.
+void wait_links(const LinkWait* waits, std::size_t n, double max_seconds);
 
 }  // namespace mwms::collective

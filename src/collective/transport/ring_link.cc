@@ -175,17 +175,37 @@ void RingLink::publish_tail(std::uint64_t tail) noexcept {
   ring_peer();
 }
 
+bool RingLink::moved_since_poll(bool for_send, bool for_recv) const noexcept {
+  // seq_cst loads: they must not pass the caller's seq_cst announcement (Note [doorbell]).
+  return (for_recv && rx_.control->head.load(std::memory_order_seq_cst) != rx_seen_head_) ||
+         (for_send && tx_.control->tail.load(std::memory_order_seq_cst) != tx_seen_tail_);
+}
+
 void RingLink::wait(double max_seconds, bool for_send, bool for_recv) {
+  const LinkWait one{this, for_send, for_recv};
+  wait_links(&one, 1, max_seconds);
+}
+
+void wait_links(const LinkWait* waits, std::size_t n, double max_seconds) {
+  if (n == 0) return;
+  Doorbell* bell = waits[0].link->doorbell();
+  if (bell == nullptr) {
+    waits[0].link->wait(max_seconds, waits[0].for_send, waits[0].for_recv);
+    return;
+  }
   // seq is read before announcing: a peer that then sees us announced bumps it, and the futex
   // below returns at once; one that produced before the announcement is caught by the re-check.
-  const std::uint32_t seen = own_->seq.load(std::memory_order_acquire);
-  own_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  // Note [doorbell]: re-check after announcing, so a peer that produced in between is not missed.
-  bool ready = (for_recv && rx_.control->head.load(std::memory_order_seq_cst) != rx_seen_head_) ||
-               (for_send && tx_.control->tail.load(std::memory_order_seq_cst) != tx_seen_tail_);
-  if (!ready) doorbell_wait(own_, seen, max_seconds);
+  const std::uint32_t seen = bell->seq.load(std::memory_order_acquire);
+  bell->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  // Note [doorbell]: re-check every link on this doorbell after announcing, so a peer that
+  // produced on any of them in between is not missed.
+  bool ready = false;
+  for (std::size_t i = 0; i < n && !ready; ++i) {
+    ready = waits[i].link->moved_since_poll(waits[i].for_send, waits[i].for_recv);
+  }
+  if (!ready) doorbell_wait(bell, seen, max_seconds);
   // Relaxed: leaving late only costs a peer one needless wake-up.
-  own_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+  bell->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace mwms::collective

@@ -57,6 +57,8 @@ class RingLink final : public Link {
   RecvView recv_view(const RecvSlot& slot) override;
   void recv_release(RecvSlot& slot, std::size_t bytes) override;
   void wait(double max_seconds, bool for_send, bool for_recv) override;
+  Doorbell* doorbell() const noexcept override { return own_; }
+  bool moved_since_poll(bool for_send, bool for_recv) const noexcept override;
 
  private:
   void ring_peer() noexcept;

@@ -3,6 +3,7 @@
 // transport/link.h), so a refused collective leaves the caller's buffer as it was.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -49,4 +50,50 @@ TEST_CASE("ring link: no payload byte lands before the envelope is accepted", "[
       if (land) CHECK(std::memcmp(landing.data(), data.data(), bytes) == 0);
     }
   }
+}
+
+// Note [doorbell]: the links of a rank share one doorbell, so a wait on several must re-check
+// every one of them after announcing itself. A peer that produced on the second link before the
+// announcement bumped nothing (nobody slept yet); a wait that re-checked only the first link slept
+// until its cap (2 ms a time in MessageChannel: a synchronous ps step took 8 ms, not 0.5 ms).
+TEST_CASE("ring link: a wait on several links sees a peer that moved on any of them",
+          "[unit]") {
+  mc::MemFabric fabric(3, 1 << 16);
+  auto mine = fabric.links_of(0);
+  auto one = fabric.links_of(1);
+  auto two = fabric.links_of(2);
+  REQUIRE(mine[1]->doorbell() != nullptr);
+  REQUIRE(mine[1]->doorbell() == mine[2]->doorbell());
+  mc::RecvSlot from1, from2;
+  std::vector<char> landing(64);
+  from1.start(landing.data(), 64, true);
+  from2.start(landing.data(), 64, true);
+  mine[1]->poll_recv(from1);
+  mine[2]->poll_recv(from2);
+  REQUIRE_FALSE(from2.header_arrived);
+  // Nothing moved: the wait sleeps its whole cap.
+  const mc::LinkWait both[] = {{mine[1].get(), false, true}, {mine[2].get(), false, true}};
+  auto t0 = std::chrono::steady_clock::now();
+  mc::wait_links(both, 2, 0.05);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= 0.04);
+  // Rank 2 sends while rank 0 is not asleep: no doorbell bump, only its ring's head moves.
+  mc::FrameHeader h;
+  h.seq = 1;
+  h.payload_bytes = 64;
+  std::vector<char> data(64, 'x');
+  mc::SendSlot send;
+  send.start(&h, data.data(), 64, 64);
+  for (int round = 0; round < 100 && !send.done; ++round) two[0]->poll_send(send);
+  REQUIRE(send.done);
+  // A wait on both links returns at once (a 5 s cap that the check would notice).
+  t0 = std::chrono::steady_clock::now();
+  mc::wait_links(both, 2, 5.0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
+  mine[2]->poll_recv(from2);
+  CHECK(from2.header_arrived);
+  // A wait on the first link alone sleeps: rank 1 did not move.
+  const mc::LinkWait first[] = {{mine[1].get(), false, true}};
+  t0 = std::chrono::steady_clock::now();
+  mc::wait_links(first, 1, 0.05);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= 0.04);
 }
