@@ -482,11 +482,13 @@ TEST_CASE("ps-sync with replicas_to_aggregate == workers gives the all-reduce st
 
 TEST_CASE("a worker killed in the middle of a synchronous push: its partial sum is never applied",
           "[multiproc][ps][fault]") {
-  // Note [ps streamed apply]: pushes are summed straight from the link. Worker 1 pushes 32 MiB
-  // gradients a few ms after worker 0 (so its push is a step's second, summed onto the first)
-  // and dies at one of several points, most of which fall in the middle of a push; every
-  // gradient is 1.0, so every applied step moves every element by exactly lr, and a partial sum
-  // applied would leave elements that disagree.
+  // Note [ps streamed apply], Note [ps fused step]: pushes are summed straight from the link, and
+  // the one that completes a step is applied as it arrives. Worker 1 pushes 32 MiB gradients a
+  // few ms after worker 0 (so its push is a step's second, the fused one) and dies at one of
+  // several points, most of which fall in the middle of a push; every gradient is 1.0, so every
+  // applied step moves every element by exactly lr (each element gets the mean of the gradients
+  // that reached it), and a partial sum applied as if whole (divided by 2 where only one
+  // gradient arrived) would leave elements that disagree.
   for (int kill_ms : {20, 45, 80, 120}) {
     INFO("worker 1 killed after " << kill_ms << " ms");
     const int workers = 2, num_ps = 1;

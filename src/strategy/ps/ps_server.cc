@@ -25,8 +25,7 @@ using detail::Worker;
 }  // namespace
 
 void PsServer::State::send_values(Worker& w, PsStatus status) {
-  if (streaming != nullptr && !job.sync_replicas) {  // Note [ps streamed apply]: `values`
-                                                     // is changing
+  if (values_changing()) {  // Note [ps streamed apply]
     w.reply_deferred = true;
     w.deferred_status = status;
     return;
@@ -161,9 +160,14 @@ void PsServer::State::check_failures() {
     w.phase = Phase::kGone;
     changed = true;
     if (streaming == &w) {
+      // Note [ps fused step]: the step is finished without the rest of its gradient.
+      const bool was_fused = fused;
+      if (was_fused) finish_fused_step_without(w);
       end_streaming();
       // Asynchronous: what arrived of its gradient stays applied. Synchronous: the sum is partial.
-      if (job.sync_replicas) drop_step(("lost " + w.name + " in the middle of its push").c_str());
+      if (job.sync_replicas && !was_fused) {
+        drop_step(("lost " + w.name + " in the middle of its push").c_str());
+      }
       streaming_first = false;
       start_next_push();
     }

@@ -77,8 +77,7 @@ void PsServer::State::on_description(Worker& w) {
     return;
   }
   if (w.request == PsKind::kSave) {
-    if (streaming != nullptr && !job.sync_replicas) {  // Note [ps streamed apply]: a
-                                                       // checkpoint of whole updates
+    if (values_changing()) {  // Note [ps streamed apply]: a checkpoint of whole updates
       w.save_deferred = true;
       w.phase = Phase::kHeld;
       return;

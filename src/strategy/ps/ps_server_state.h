@@ -9,6 +9,7 @@
 // Private to src/strategy/ps: nothing outside it includes this header.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -78,6 +79,11 @@ struct PsServer::State {
   ParameterServerStats stats;
   Worker* streaming = nullptr;  // Note [ps streamed apply]: the push consumed as it arrives
   bool streaming_first = false; // synchronous: it is this version's first gradient (copied in)
+  // Synchronous, Note [ps fused step]: `streaming` is the push that completes this step, so its
+  // segments are summed, averaged and applied as they arrive, and every reply let out behind.
+  bool fused = false;
+  int fused_count = 0;          // the gradients of the fused step, the streaming one included
+  std::size_t fused_done = 0;   // elements of the flat buffer the fused step has applied
   std::uint64_t line = 0;       // pushes that waited to stream, so far
 
   // Applies (async) or sums into accum (sync) the gradient segments of `streaming` straight
@@ -142,6 +148,14 @@ struct PsServer::State {
   void apply(const float* grad);
   void start_streaming(Worker& w);
   void end_streaming();
+  // `values` is changing under a streamed push: replies and saves wait (Note [ps streamed apply]).
+  bool values_changing() const { return streaming != nullptr && (!job.sync_replicas || fused); }
+  int step_needs() const { return std::max(1, std::min(job.replicas_to_aggregate, live())); }
+  // Note [ps fused step] (ps_server_steps.cc).
+  void begin_fused_step(Worker& w);
+  void fused_range(std::size_t first, const float* a, const float* g, std::size_t count);
+  void end_fused_step(Worker& w);
+  void finish_fused_step_without(Worker& lost);
   void start_next_push();
   void drop_step(const char* why);
   // Waits for its step's reply (synchronous) or max_staleness (asynchronous); not a push in line,

@@ -20,6 +20,32 @@ using collective::FrameHeader;
 using detail::kStalenessBuckets;
 using detail::Worker;
 
+// The mean of n gradients is their sum / n, and every worker of the all-reduce strategy divides
+// the same way (the weights are compared bit for bit). When n is a power of two, 1/n is exact in
+// float and x * (1/n) is the same correctly rounded value as x / n for every x (subnormals and
+// NaNs included), so the multiply, several times cheaper than a divide, is taken instead.
+struct MeanScale {
+  bool by_multiply = false;
+  float factor = 1;   // 1/n, when by_multiply
+  float divisor = 1;  // n
+};
+
+MeanScale mean_scale(int n) {
+  MeanScale m;
+  m.divisor = static_cast<float>(n);
+  m.by_multiply = n > 0 && (n & (n - 1)) == 0;
+  m.factor = 1.0f / m.divisor;
+  return m;
+}
+
+void divide(float* a, std::size_t n, const MeanScale& m) {
+  if (m.by_multiply) {
+    for (std::size_t i = 0; i < n; ++i) a[i] *= m.factor;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) a[i] /= m.divisor;
+  }
+}
+
 }  // namespace
 
 void PsServer::State::ApplySink::on_envelope(const FrameHeader& h) {
@@ -34,6 +60,16 @@ void PsServer::State::ApplySink::consume(std::size_t offset, const char* data, s
   const std::size_t count = bytes / sizeof(float);
   if (st.job.sync_replicas) {
     float* a = st.accum.data() + first;
+    if (st.fused) {
+      st.fused_range(first, a, reinterpret_cast<const float*>(data), count);
+      // Final for this version: every reply may carry these bytes now (Note [ps fused step]).
+      for (Worker& x : st.workers) {
+        if (awaits_values(x) || &x == &w) {
+          st.ch.set_ready(x.rank, x.tickets[w.segment], offset + bytes);
+        }
+      }
+      return;
+    }
     if (st.streaming_first) {
       std::memcpy(a, data, count * sizeof(float));
     } else {
@@ -80,6 +116,7 @@ void PsServer::State::start_streaming(Worker& w) {
   w.streamed = true;
   if (job.sync_replicas) {
     streaming_first = accumulated == 0;
+    if (accumulated + 1 >= step_needs()) begin_fused_step(w);
     return;
   }
   drain_sends();
@@ -177,6 +214,10 @@ void PsServer::State::on_push(Worker& w) {
   const bool streamed = w.streamed;
   const bool replied = w.reply_streamed;
   end_streaming();
+  if (fused) {  // Note [ps fused step]: applied and replied as it arrived
+    end_fused_step(w);
+    return;
+  }
   if (ended) {
     if (!replied) send_values(w, PsStatus::kEnded);
     expect_request(w);
@@ -252,7 +293,7 @@ void PsServer::State::maybe_complete_step() {
   for (std::size_t first = 0; first < layout.total; first += kChunk) {
     const std::size_t n = std::min(kChunk, layout.total - first);
     float* a = accum.data() + first;
-    for (std::size_t i = 0; i < n; ++i) a[i] /= inv;  // ConditionalAccumulator.take_grad: mean
+    divide(a, n, mean_scale(static_cast<int>(inv)));  // ConditionalAccumulator.take_grad: mean
     apply_range(first, a, n);
     const std::size_t done = first + n;
     while (segment < layout.segments.size()) {
@@ -271,6 +312,101 @@ void PsServer::State::maybe_complete_step() {
   for (Worker& x : workers) {
     if (awaits_values(x)) expect_request(x);
   }
+}
+
+// Note [ps fused step]: in synchronous mode the push that brings the step's last gradient (the
+// replicas_to_aggregate-th, or the last live worker's) is not summed into `accum` and applied in
+// a second pass once it has arrived: each range is summed, averaged and applied as it arrives
+// (one pass over accum, values and slots instead of three), and every held reply, the pushing
+// worker's own included, is let out behind it, so the update and the replies overlap the push.
+// The arithmetic is the unfused one's, (sum + g) / n with the same division, so the weights stay
+// bit-equal to the all-reduce strategy's. begin_fused_step() advances the version before the
+// first byte is applied, so no reply or save may read `values` until the push ends
+// (values_changing()). One thing differs from the unfused step: a worker lost in the middle of
+// that push cannot have its step dropped, since part of the update is applied already; the rest
+// of the buffer then gets the mean of the other gradients of the step (none: left as it is), the
+// step counts them only, and the replies go out as after any step. Training tolerates such a
+// step as asynchronous mode tolerates a partial stale update.
+void PsServer::State::begin_fused_step(Worker& w) {
+  drain_sends();  // Note [ps serving]: no reply of the last version is still reading `values`
+  fused = true;
+  fused_count = accumulated + 1;
+  fused_done = 0;
+  ++version;
+  stats.global_step = static_cast<std::int64_t>(version);
+  for (Worker& x : workers) {
+    if (awaits_values(x)) queue_values(x, PsStatus::kApplied, true);
+  }
+  queue_values(w, PsStatus::kApplied, true);
+  w.reply_streamed = true;
+}
+
+void PsServer::State::fused_range(std::size_t first, const float* a, const float* g,
+                                  std::size_t count) {
+  fused_done = first + count;
+  if (streaming_first && fused_count == 1) {  // the mean of one gradient: apply it from the link
+    apply_range(first, g, count);
+    return;
+  }
+  // ConditionalAccumulator.take_grad's mean, as maybe_complete_step() takes it: sum, then / n,
+  // into a block on the stack that stays in L1 for the optimizer: `accum` is not written back,
+  // which saves a pass over it (the lost-worker path reads accum only past fused_done).
+  constexpr std::size_t kBlock = 1024;
+  float mean[kBlock];
+  const MeanScale m = mean_scale(fused_count);
+  for (std::size_t k = 0; k < count; k += kBlock) {
+    const std::size_t n = std::min(kBlock, count - k);
+    const float* gk = g + k;
+    if (streaming_first) {
+      for (std::size_t i = 0; i < n; ++i) mean[i] = gk[i];
+    } else {
+      const float* ak = a + k;
+      for (std::size_t i = 0; i < n; ++i) mean[i] = ak[i] + gk[i];
+    }
+    divide(mean, n, m);
+    apply_range(first + k, mean, n);
+  }
+}
+
+void PsServer::State::end_fused_step(Worker& w) {
+  fused = false;
+  stats.applied += fused_count;
+  stats.staleness_histogram[0] += 1;
+  accumulated = 0;
+  streaming_first = false;
+  for (Worker& x : workers) {
+    if (awaits_values(x)) expect_request(x);
+  }
+  expect_request(w);
+  start_next_push();
+}
+
+void PsServer::State::finish_fused_step_without(Worker& lost) {
+  const int others = fused_count - 1;
+  MWMS_LOG_WARN(kStrat, "ps " << cfg.ps_index << ": lost " << lost.name << " in the middle of "
+                              << "the push that completes step " << version << "; its rest "
+                              << "gets the mean of the step's other " << others
+                              << " gradient(s) (Note [ps fused step])");
+  const ErrorContext c = ctx("ps step");
+  constexpr std::size_t kChunk = 16384;
+  for (std::size_t first = fused_done; first < layout.total && others > 0; first += kChunk) {
+    const std::size_t n = std::min(kChunk, layout.total - first);
+    float* a = accum.data() + first;
+    divide(a, n, mean_scale(others));
+    apply_range(first, a, n);
+  }
+  fused = false;
+  stats.applied += others;
+  accumulated = 0;
+  streaming_first = false;
+  for (Worker& x : workers) {
+    if (!awaits_values(x)) continue;
+    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+      ch.set_ready(x.rank, x.tickets[i], layout.segments[i].count * sizeof(float));
+    }
+    expect_request(x);
+  }
+  ch.pump(c);
 }
 
 // Asynchronous: replies held by max_staleness (stale-synchronous parallel) go out once the
