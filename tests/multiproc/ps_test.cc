@@ -539,3 +539,63 @@ TEST_CASE("a worker killed in the middle of a synchronous push: its partial sum 
     CHECK_THAT(results[2].output, Contains("lost=worker 1"));
   }
 }
+
+TEST_CASE("a worker killed in the middle of the push that completes a synchronous step: each "
+          "element gets the mean of the gradients that reached it",
+          "[multiproc][ps][fault]") {
+  // Note [ps fused step]: worker 1's push (gradients 3.0) is a step's second, applied as it
+  // arrives onto worker 0's (gradients 1.0). Killed in the middle, the elements it reached get
+  // the mean 2.0 and the rest worker 0's 1.0; a partial sum divided by the full count would give
+  // 0.5 there. With lr 0.25 every element is then -0.25 * (2 * both + alone), a multiple of 0.25,
+  // and no element behind the push's front moved more than one ahead of it.
+  for (int kill_ms : {45, 80}) {
+    INFO("worker 1 killed after " << kill_ms << " ms");
+    const int workers = 2, num_ps = 1;
+    const std::size_t n = std::size_t{8} << 20;
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 90;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                      ps_options(mwms::TransportChoice::kShm, true, 10));
+      if (s.is_ps()) {
+        report(stats_text(s.join()));
+        return;
+      }
+      std::vector<float> value(n, 0.0f), grad(n, rank == 1 ? 3.0f : 1.0f);
+      s.create_variable({"big", {static_cast<std::int64_t>(n)}}, value.data(), grad.data(),
+                        [](float* v, std::size_t count) { std::fill(v, v + count, 0.0f); });
+      s.initialize();
+      if (rank == 1) {
+        std::thread([kill_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
+          ::raise(SIGKILL);
+        }).detach();
+      }
+      for (int i = 0; i < 25; ++i) {
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        s.apply_gradients();
+      }
+      s.pull();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float quarters = value[i] / -0.25f;
+        if (quarters != static_cast<float>(static_cast<long>(quarters)) ||
+            (i > 0 && value[i] < value[i - 1])) {
+          throw std::runtime_error("element " + std::to_string(i) + " is " +
+                                   std::to_string(value[i]) + " after element " +
+                                   std::to_string(i > 0 ? value[i - 1] : 0.0f));
+        }
+      }
+      report("consistent at step " + std::to_string(s.global_step()) + " first " +
+             std::to_string(value[0]) + " last " + std::to_string(value[n - 1]));
+      s.finalize();
+    });
+    CHECK(results[1].signal == SIGKILL);
+    for (int r : {0, 2}) {
+      INFO("rank " << r << ": " << results[r].output);
+      CHECK(results[r].exit_code == 0);
+    }
+    CHECK_THAT(results[0].output, Contains("consistent at step"));
+    CHECK_THAT(results[2].output, Contains("lost=worker 1"));
+  }
+}
