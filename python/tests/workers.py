@@ -87,6 +87,27 @@ def collectives() -> None:
     m = np.full((3, 4), r + 1, dtype=np.int64)
     comm.all_reduce(m)
     assert (m == 3).all() and m.shape == (3, 4)
+    # Not NumPy: an object that exports DLPack only (as a PyTorch CPU tensor does), and a plain
+    # buffer-protocol object (a memoryview of a bytearray). Each is reduced in its own memory.
+
+    class DLPackOnly:
+        def __init__(self, array):
+            self._array = array
+
+        def __dlpack__(self, **kwargs):
+            return self._array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self._array.__dlpack_device__()
+
+    under = np.full(1000, r + 1, dtype=np.float32)
+    exporter = DLPackOnly(under)
+    assert not hasattr(exporter, "__array_interface__")
+    comm.all_reduce(exporter)
+    assert (under == 3).all()
+    raw = bytearray(np.full(16, r + 1, dtype=np.float32).tobytes())
+    comm.all_reduce(memoryview(raw).cast("B").cast("f"))
+    np.testing.assert_array_equal(np.frombuffer(raw, dtype=np.float32), np.full(16, 3))
     # Asynchronous forms: Work.test() / wait().
     a = np.full(1000, r + 1, dtype=np.float32)
     b = np.full(5, r, dtype=np.int32)
