@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -480,104 +482,88 @@ TEST_CASE("ps-sync with replicas_to_aggregate == workers gives the all-reduce st
   }
 }
 
+// Worker 1 of a synchronous 2-worker, 1-ps job pushes 32 MiB gradients of `grad1` (worker 0's
+// are 1.0) a few ms after worker 0, so its push is a step's second, and kills itself after
+// `kill_ms`: most such points fall in the middle of a push. Worker 0 then pulls and runs `check`
+// on the values (it throws to fail). rank 0's output says "consistent ..." when check passed.
+std::vector<ChildResult> kill_worker_mid_push(
+    int kill_ms, float grad1,
+    const std::function<std::string(const std::vector<float>&, std::int64_t)>& check) {
+  const int workers = 2, num_ps = 1;
+  const std::size_t n = std::size_t{8} << 20;
+  LaunchOptions opts;
+  opts.world_size = workers + num_ps;
+  opts.timeout_seconds = 90;
+  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
+                                    ps_options(mwms::TransportChoice::kShm, true, 10));
+    if (s.is_ps()) {
+      report(stats_text(s.join()));
+      return;
+    }
+    std::vector<float> value(n, 0.0f), grad(n, rank == 1 ? grad1 : 1.0f);
+    s.create_variable({"big", {static_cast<std::int64_t>(n)}}, value.data(), grad.data(),
+                      [](float* v, std::size_t count) { std::fill(v, v + count, 0.0f); });
+    s.initialize();
+    if (rank == 1) {
+      std::thread([kill_ms] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
+        ::raise(SIGKILL);
+      }).detach();
+    }
+    for (int i = 0; i < 25; ++i) {
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      s.apply_gradients();
+    }
+    s.pull();
+    report("consistent " + check(value, s.global_step()));
+    s.finalize();
+  });
+  CHECK(results[1].signal == SIGKILL);
+  for (int r : {0, 2}) {
+    INFO("rank " << r << ": " << results[r].output);
+    CHECK(results[r].exit_code == 0);
+  }
+  CHECK_THAT(results[0].output, Contains("consistent at step"));
+  CHECK_THAT(results[2].output, Contains("lost=worker 1"));
+  return results;
+}
+
 TEST_CASE("a worker killed in the middle of a synchronous push: its partial sum is never applied",
           "[multiproc][ps][fault]") {
   // Note [ps streamed apply], Note [ps fused step]: pushes are summed straight from the link, and
-  // the one that completes a step is applied as it arrives. Worker 1 pushes 32 MiB gradients a
-  // few ms after worker 0 (so its push is a step's second, the fused one) and dies at one of
-  // several points, most of which fall in the middle of a push; every gradient is 1.0, so every
+  // the one that completes a step is applied as it arrives. Every gradient is 1.0, so every
   // applied step moves every element by exactly lr (each element gets the mean of the gradients
   // that reached it), and a partial sum applied as if whole (divided by 2 where only one
   // gradient arrived) would leave elements that disagree.
   for (int kill_ms : {20, 45, 80, 120}) {
     INFO("worker 1 killed after " << kill_ms << " ms");
-    const int workers = 2, num_ps = 1;
-    const std::size_t n = std::size_t{8} << 20;
-    LaunchOptions opts;
-    opts.world_size = workers + num_ps;
-    opts.timeout_seconds = 90;
-    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
-      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
-                                      ps_options(mwms::TransportChoice::kShm, true, 10));
-      if (s.is_ps()) {
-        report(stats_text(s.join()));
-        return;
-      }
-      std::vector<float> value(n, 0.0f), grad(n, 1.0f);
-      s.create_variable({"big", {static_cast<std::int64_t>(n)}}, value.data(), grad.data(),
-                        [](float* v, std::size_t count) { std::fill(v, v + count, 0.0f); });
-      s.initialize();
-      if (rank == 1) {
-        std::thread([kill_ms] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
-          ::raise(SIGKILL);
-        }).detach();
-      }
-      for (int i = 0; i < 25; ++i) {
-        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        s.apply_gradients();
-      }
-      s.pull();
-      const float want = -0.25f * static_cast<float>(s.global_step());
-      for (std::size_t i = 0; i < n; ++i) {
+    kill_worker_mid_push(kill_ms, 1.0f, [](const std::vector<float>& value, std::int64_t step) {
+      const float want = -0.25f * static_cast<float>(step);
+      for (std::size_t i = 0; i < value.size(); ++i) {
         if (value[i] != want) {
           throw std::runtime_error("element " + std::to_string(i) + " is " +
-                                   std::to_string(value[i]) + " after " +
-                                   std::to_string(s.global_step()) + " steps, expected " +
-                                   std::to_string(want));
+                                   std::to_string(value[i]) + " after " + std::to_string(step) +
+                                   " steps, expected " + std::to_string(want));
         }
       }
-      report("consistent at step " + std::to_string(s.global_step()));
-      s.finalize();
+      return "at step " + std::to_string(step);
     });
-    CHECK(results[1].signal == SIGKILL);
-    for (int r : {0, 2}) {
-      INFO("rank " << r << ": " << results[r].output);
-      CHECK(results[r].exit_code == 0);
-    }
-    CHECK_THAT(results[0].output, Contains("consistent at step"));
-    CHECK_THAT(results[2].output, Contains("lost=worker 1"));
   }
 }
 
 TEST_CASE("a worker killed in the middle of the push that completes a synchronous step: each "
           "element gets the mean of the gradients that reached it",
           "[multiproc][ps][fault]") {
-  // Note [ps fused step]: worker 1's push (gradients 3.0) is a step's second, applied as it
-  // arrives onto worker 0's (gradients 1.0). Killed in the middle, the elements it reached get
-  // the mean 2.0 and the rest worker 0's 1.0; a partial sum divided by the full count would give
-  // 0.5 there. With lr 0.25 every element is then -0.25 * (2 * both + alone), a multiple of 0.25,
-  // and no element behind the push's front moved more than one ahead of it.
+  // Note [ps fused step]: worker 1's push (gradients 3.0) is applied as it arrives onto worker
+  // 0's (1.0). Killed in the middle, the elements it reached get the mean 2.0 and the rest worker
+  // 0's 1.0; a partial sum divided by the full count would give 0.5 there. With lr 0.25 every
+  // element is then -0.25 * (2 * both + alone), a multiple of 0.25, and no element behind the
+  // push's front moved more than one ahead of it.
   for (int kill_ms : {45, 80}) {
     INFO("worker 1 killed after " << kill_ms << " ms");
-    const int workers = 2, num_ps = 1;
-    const std::size_t n = std::size_t{8} << 20;
-    LaunchOptions opts;
-    opts.world_size = workers + num_ps;
-    opts.timeout_seconds = 90;
-    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
-      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)),
-                                      ps_options(mwms::TransportChoice::kShm, true, 10));
-      if (s.is_ps()) {
-        report(stats_text(s.join()));
-        return;
-      }
-      std::vector<float> value(n, 0.0f), grad(n, rank == 1 ? 3.0f : 1.0f);
-      s.create_variable({"big", {static_cast<std::int64_t>(n)}}, value.data(), grad.data(),
-                        [](float* v, std::size_t count) { std::fill(v, v + count, 0.0f); });
-      s.initialize();
-      if (rank == 1) {
-        std::thread([kill_ms] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
-          ::raise(SIGKILL);
-        }).detach();
-      }
-      for (int i = 0; i < 25; ++i) {
-        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        s.apply_gradients();
-      }
-      s.pull();
-      for (std::size_t i = 0; i < n; ++i) {
+    kill_worker_mid_push(kill_ms, 3.0f, [](const std::vector<float>& value, std::int64_t step) {
+      for (std::size_t i = 0; i < value.size(); ++i) {
         const float quarters = value[i] / -0.25f;
         if (quarters != static_cast<float>(static_cast<long>(quarters)) ||
             (i > 0 && value[i] < value[i - 1])) {
@@ -586,16 +572,8 @@ TEST_CASE("a worker killed in the middle of the push that completes a synchronou
                                    std::to_string(i > 0 ? value[i - 1] : 0.0f));
         }
       }
-      report("consistent at step " + std::to_string(s.global_step()) + " first " +
-             std::to_string(value[0]) + " last " + std::to_string(value[n - 1]));
-      s.finalize();
+      return "at step " + std::to_string(step) + " first " + std::to_string(value.front()) +
+             " last " + std::to_string(value.back());
     });
-    CHECK(results[1].signal == SIGKILL);
-    for (int r : {0, 2}) {
-      INFO("rank " << r << ": " << results[r].output);
-      CHECK(results[r].exit_code == 0);
-    }
-    CHECK_THAT(results[0].output, Contains("consistent at step"));
-    CHECK_THAT(results[2].output, Contains("lost=worker 1"));
   }
 }
