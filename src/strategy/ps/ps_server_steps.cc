@@ -275,7 +275,7 @@ void PsServer::State::maybe_complete_step() {
   if (accumulated == 0 || streaming != nullptr) return;  // a step completes between pushes
   const int need = std::max(1, std::min(job.replicas_to_aggregate, live()));
   if (accumulated < need) return;
-  const float inv = static_cast<float>(accumulated);
+  const MeanScale mean = mean_scale(accumulated);
   stats.applied += accumulated;
   accumulated = 0;
   drain_sends();
@@ -293,7 +293,7 @@ void PsServer::State::maybe_complete_step() {
   for (std::size_t first = 0; first < layout.total; first += kChunk) {
     const std::size_t n = std::min(kChunk, layout.total - first);
     float* a = accum.data() + first;
-    divide(a, n, mean_scale(static_cast<int>(inv)));  // ConditionalAccumulator.take_grad: mean
+    divide(a, n, mean);  // ConditionalAccumulator.take_grad: mean
     apply_range(first, a, n);
     const std::size_t done = first + n;
     while (segment < layout.segments.size()) {
