@@ -26,6 +26,12 @@ struct LinkTuning {
   /// Rabenseifner's halves up to rabenseifner_max_bytes (false: MPI, whose single-copy path
   /// pulls each piece on the receiver).
   bool two_rank_ring = true;
+  /// Note [flat slots] (transport/link.h): every link of this transport offers flat_slots(), so
+  /// the flat all-reduce (algorithms/flat_all_reduce.cc) may run over it.
+  bool flat_slots = false;
+  /// All-reduces up to min(MWMS_SMALL_MESSAGE_BYTES, this) take the flat all-reduce when
+  /// flat_slots holds; 0: only when MWMS_ALGO=flat forces it.
+  std::size_t flat_max_bytes = 0;
 };
 
 }  // namespace mwms::collective

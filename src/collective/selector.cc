@@ -83,6 +83,13 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
   // latency is a few microseconds and bytes are cheap to copy, so the whole-buffer exchanges of
   // recursive doubling stop paying off much earlier there.
   const LinkTuning& links = in.topology.links;
+  if (in.bytes <= std::min(options.small_message_bytes, links.flat_max_bytes) &&
+      flat_all_reduce().supports(in, nullptr)) {
+    // Note [flat all-reduce]: one step, every rank reads every rank's slot where it lies.
+    return {&flat_all_reduce(),
+            "message at most the links' flat limit (and MWMS_SMALL_MESSAGE_BYTES), ranks sharing "
+            "memory: flat (each rank publishes its slot, every rank reduces all slots)"};
+  }
   if (in.bytes <= std::min(options.small_message_bytes, links.small_message_max_bytes)) {
     return {&recursive_doubling_all_reduce(),
             links.small_message_max_bytes < options.small_message_bytes

@@ -65,10 +65,11 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_HEARTBEAT_SECONDS", EnvType::kDouble, "5", ">= 0",
        "Heartbeat interval on the control links; a peer silent for 4 intervals is lost and the "
        "next collective fails naming it; 0: off."},
-      {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd|hier",
+      {"MWMS_ALGO", EnvType::kString, "auto", "auto|ring|gather|rd|rhd|hier|flat",
        "Forces one algorithm for every collective it applies to; a name that does not apply "
        "to a call is an error. CommunicatorOptions::algorithm overrides it."},
-      {"MWMS_SOCKET_IFNAME", EnvType::kString, "", "NCCL_SOCKET_IFNAME syntax: eth,ib ^docker =eth0",
+      {"MWMS_SOCKET_IFNAME", EnvType::kString, "",
+       "NCCL_SOCKET_IFNAME syntax: eth,ib ^docker =eth0",
        "Interface whose address a task advertises when the launcher names none (mpirun, torchrun "
        "ranks other than 0); empty: the route toward the leader."},
       {"MWMS_AUTH_KEY", EnvType::kString, "", "any non-empty bytes (never logged)",

@@ -7,14 +7,15 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective/transport/shm/shm_segment.h"
@@ -233,15 +234,17 @@ TEST_CASE("the shm rings are mapped in at start-up, not page by page in the firs
 
 TEST_CASE("a peer killed mid all-reduce over shm is named by every survivor within a second",
           "[shm][fault]") {
-  for (int world : {2, 4}) {
-    INFO("world size " << world);
+  // 1 Mi floats run a plan over the rings; 16 the flat all-reduce (Note [flat all-reduce]).
+  for (auto [world, count] :
+       {std::pair<int, std::size_t>{2, 1 << 20}, {4, 1 << 20}, {2, 16}, {4, 16}}) {
+    INFO("world size " << world << ", " << count << " floats");
     LaunchOptions opts;
     opts.world_size = world;
     opts.timeout_seconds = 60;
     const int victim = world - 1 == 3 ? 2 : 1;
     auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
       auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options(30));
-      std::vector<float> v(1 << 20, 1.0f);
+      std::vector<float> v(count, 1.0f);
       for (int iter = 0; iter < 1000; ++iter) {
         if (rank == victim && iter == 3) ::raise(SIGKILL);
         auto start = std::chrono::steady_clock::now();
@@ -269,37 +272,80 @@ TEST_CASE("a peer killed mid all-reduce over shm is named by every survivor with
 }
 
 TEST_CASE("a stopped peer over shm makes the others time out naming it", "[shm][fault]") {
-  LaunchOptions opts;
-  opts.world_size = 3;
-  opts.timeout_seconds = 60;
-  auto results = run_ranks(opts, [](int rank, const std::string& tf_config, auto report) {
-    auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options(2));
-    std::vector<float> v(1 << 18, 1.0f);
-    comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-    if (rank == 1) {
-      const pid_t me = ::getpid();
-      if (::fork() == 0) {  // a reaper: the stopped rank is killed once the others are done
-        ::sleep(8);
-        ::kill(me, SIGKILL);
-        ::_exit(0);
-      }
-      ::raise(SIGSTOP);
-    }
-    auto start = std::chrono::steady_clock::now();
-    try {
+  for (std::size_t count : {std::size_t{1} << 18, std::size_t{16}}) {  // a plan; flat
+    INFO(count << " floats");
+    LaunchOptions opts;
+    opts.world_size = 3;
+    opts.timeout_seconds = 60;
+    auto results = run_ranks(opts, [count](int rank, const std::string& tf_config, auto report) {
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options(2));
+      std::vector<float> v(count, 1.0f);
       comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-    } catch (const mwms::TimeoutError& e) {
-      report("timed out after " + std::to_string(seconds_since(start)) + " s: " + e.what());
-      throw;
+      if (rank == 1) {
+        const pid_t me = ::getpid();
+        if (::fork() == 0) {  // a reaper: the stopped rank is killed once the others are done
+          ::sleep(8);
+          ::kill(me, SIGKILL);
+          ::_exit(0);
+        }
+        ::raise(SIGSTOP);
+      }
+      auto start = std::chrono::steady_clock::now();
+      try {
+        comm->all_reduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      } catch (const mwms::TimeoutError& e) {
+        report("timed out after " + std::to_string(seconds_since(start)) + " s: " + e.what());
+        throw;
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    CHECK(results[1].signal == SIGKILL);
+    for (int r : {0, 2}) {
+      CHECK(results[r].exit_code == 1);
+      CHECK_THAT(results[r].output, Contains("timed out after"));
+      CHECK_THAT(results[r].output, Contains("no progress from rank 1"));
+      CHECK(results[r].seconds < 7);
     }
-  });
-  INFO(mwms::testing::describe(results));
-  CHECK(results[1].signal == SIGKILL);
-  for (int r : {0, 2}) {
-    CHECK(results[r].exit_code == 1);
-    CHECK_THAT(results[r].output, Contains("timed out after"));
-    CHECK_THAT(results[r].output, Contains("no progress from rank 1"));
-    CHECK(results[r].seconds < 7);
+  }
+}
+
+// Note [flat mismatch]: over shared memory small all-reduces run flat and send no frames, yet a
+// rank whose call differs is still reported by every rank: another count or dtype (both flat),
+// a large all-reduce (a plan beside the flat ones), a barrier beside an all-reduce.
+TEST_CASE("calls that disagree over shm, flat or not, raise CollectiveMismatchError everywhere",
+          "[shm][fault]") {
+  const std::pair<const char*, std::size_t> variants[] = {
+      {"count 63", 63}, {"int32", 64}, {"count 262144", 1 << 18}, {"barrier", 0}};
+  for (const auto& [named, count] : variants) {
+    INFO("rank 2 differs: " << named);
+    LaunchOptions opts;
+    opts.world_size = 3;
+    opts.timeout_seconds = 30;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options(10));
+      std::vector<float> v(1 << 18, 1.0f);
+      try {
+        comm->all_reduce(v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+        if (rank != 2) {
+          comm->all_reduce(v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+        } else if (count == 0) {
+          comm->barrier();
+        } else {
+          const DataType t = count == 64 ? DataType::kInt32 : DataType::kFloat32;
+          comm->all_reduce(v.data(), count, t, ReduceOp::kSum);
+        }
+      } catch (const mwms::CollectiveMismatchError& e) {
+        report(std::string("mismatch: ") + e.what());
+        throw;
+      }
+    });
+    INFO(mwms::testing::describe(results));
+    for (const ChildResult& r : results) {
+      CHECK(r.exit_code == 1);
+      CHECK(r.seconds < 8);  // found, not timed out (10 s)
+      CHECK_THAT(r.output, Contains("mismatch: "));
+      CHECK_THAT(r.output, Contains(named));
+    }
   }
 }
 

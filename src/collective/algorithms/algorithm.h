@@ -21,6 +21,7 @@ enum class AlgorithmId : std::uint8_t {
   kRecursiveDoubling = 2,
   kRabenseifner = 3,
   kHierarchical = 4,
+  kFlat = 5,
 };
 
 /// What the selector knows about the ranks (from the peer-info exchange). Identical on every rank,
@@ -73,6 +74,9 @@ class Algorithm {
   virtual void stage(const CollectiveCall& call, Buffers buffers, char* scratch) const;
   /// Local work after the plan ran (e.g. the gather variant reduces its slots in rank order).
   virtual void finish(const CollectiveCall& call, Buffers buffers, char* scratch) const;
+  /// True for the one algorithm that is not a plan (Note [flat all-reduce]): the engine runs it
+  /// through PlanRunner::run_flat over the links' flat slots instead of plan().
+  virtual bool flat() const noexcept { return false; }
 };
 
 /// Every algorithm of this build, in no particular order (registry.cc).

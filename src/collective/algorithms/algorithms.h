@@ -10,6 +10,7 @@ const Algorithm& gather_all_reduce();
 const Algorithm& recursive_doubling_all_reduce();
 const Algorithm& rabenseifner_all_reduce();
 const Algorithm& hierarchical_all_reduce();
+const Algorithm& flat_all_reduce();
 const Algorithm& ring_reduce_scatter();
 const Algorithm& ring_all_gather();
 const Algorithm& ring_broadcast();

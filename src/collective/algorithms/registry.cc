@@ -10,9 +10,9 @@ void Algorithm::stage(const CollectiveCall&, Buffers, char*) const {}
 
 const std::vector<const Algorithm*>& all_algorithms() {
   static const std::vector<const Algorithm*> list = {
-      &ring_all_reduce(),     &gather_all_reduce(),  &recursive_doubling_all_reduce(),
-      &rabenseifner_all_reduce(), &ring_reduce_scatter(), &ring_all_gather(),
-      &ring_broadcast(),      &hierarchical_all_reduce(),
+      &ring_all_reduce(),         &gather_all_reduce(),       &recursive_doubling_all_reduce(),
+      &rabenseifner_all_reduce(), &ring_reduce_scatter(),     &ring_all_gather(),
+      &ring_broadcast(),          &hierarchical_all_reduce(), &flat_all_reduce(),
   };
   return list;
 }
@@ -32,6 +32,8 @@ const char* algorithm_name(std::uint8_t id) noexcept {
     case AlgorithmId::kRecursiveDoubling: return "rd";
     case AlgorithmId::kRabenseifner: return "rhd";
     case AlgorithmId::kHierarchical: return "hier";
+    case AlgorithmId::kFlat:
+      return "flat";
   }
   return "unknown";
 }

@@ -101,6 +101,10 @@ void EngineBackend::run(const CollectiveArgs& args, const ErrorContext& ctx) {
   MWMS_LOG_DEBUG(kColl, kind_name(call.kind) << " seq " << call.seq << " " << in.bytes
                                              << " bytes: " << sel.algorithm->name() << " ("
                                              << sel.reason << ")");
+  if (sel.algorithm->flat()) {  // Note [flat all-reduce]: no plan, the links' flat slots
+    runner_.run_flat(call, b.recv, options_.timeout_seconds, ctx);
+    return;
+  }
   char* scratch = grow_scratch(sel.algorithm->scratch_bytes(call));
   // Note [plan cache]: training repeats the same calls on the same buffers (one all-reduce per
   // bucket per step); a plan depends only on the call's identity and pointers, so a repeat

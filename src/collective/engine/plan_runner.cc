@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collective/engine/flat_slots.h"
+#include "collective/engine/runner_state.h"
 #include "common/logging.h"
 #include "common/socket.h"
 #include "kernels/copy.h"
@@ -26,15 +28,6 @@ int next_with_recv(const Plan& p, int i) {
   while (i < n && !p.transfers[static_cast<std::size_t>(i)].has_recv) ++i;
   return i;
 }
-double since(common::Clock::time_point t) {
-  return std::chrono::duration<double>(common::Clock::now() - t).count();
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // Applies `a` to payload bytes [b, b + len) of `t`, seen at `src` (ChunkAction in plan.h).
 void apply(const Transfer& t, const ChunkAction& a, std::size_t b, std::size_t len,
@@ -55,32 +48,29 @@ void apply(const Transfer& t, const ChunkAction& a, std::size_t b, std::size_t l
 
 }  // namespace
 
-struct PlanRunner::State {
-  int n = 0;
-  int s = 0;  // send cursor (Note [plan order])
-  int r = 0;  // receive cursor
-  bool send_started = false;
-  bool recv_started = false;
-  bool recv_checked = false;
-  bool notice_sent = false;
-  int warns = 0;  // stall warnings since the last progress (Note [stall warning])
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int world_size = 1;
-  double timeout = 0;
-  common::Clock::time_point start;
-  common::Clock::time_point last_progress;
-  // Progress is counted, not timed: the clock is read only when a wait finds a new count, so a
-  // small collective that never waits reads it once (Note [idle time]).
-  std::uint64_t progress = 0;
-  std::uint64_t progress_seen = 0;
-  std::uint32_t spins = 0;
-  bool force_partial = false;  // reduce a partial chunk: the link may not hold a whole one
-  bool stream_landing = false;  // Note [streaming copy-out] (kernels/copy.h)
-};
-
 PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOptions options)
-    : links_(std::move(links)), control_(control), options_(options) {}
+    : links_(std::move(links)), control_(control), options_(options) {
+  // Note [flat slots]: usable only when every peer's link has them (one null link: none).
+  bool all = links_.size() > 1;
+  int linked = 0;
+  for (Link* l : links_) {
+    if (l == nullptr) continue;
+    ++linked;
+    all = all && l->flat_slots().own != nullptr;
+  }
+  if (!all || linked + 1 != static_cast<int>(links_.size())) return;
+  flat_peer_.assign(links_.size(), nullptr);
+  flat_peer_bell_.assign(links_.size(), nullptr);
+  for (std::size_t q = 0; q < links_.size(); ++q) {
+    if (links_[q] == nullptr) continue;
+    const FlatSlots f = links_[q]->flat_slots();
+    flat_own_ = f.own;
+    flat_bell_ = f.own_bell;
+    flat_peer_[q] = f.peer;
+    flat_peer_bell_[q] = f.peer_bell;
+  }
+  flat_scratch_.assign(kFlatPayloadBytes, 0);
+}
 
 Link& PlanRunner::link_to(int peer, const ErrorContext& ctx) {
   bool known = peer >= 0 && peer < static_cast<int>(links_.size()) &&
@@ -268,6 +258,10 @@ void PlanRunner::wait(const Plan& plan, State& st, const ErrorContext& ctx) {
       !st.force_partial) {
     st.force_partial = true;
     return;
+  }
+  // Note [flat mismatch]: a peer that waits in a flat all-reduce of this seq never sends.
+  if (flat_own_ != nullptr && waited >= 0) {
+    check_flat_peers(want_read ? ts[st.r].expect_header : ts[st.s].send_header, ctx);
   }
   if (waited >= 0) watch_stall(st, static_cast<std::uint64_t>(ctx.seq), waited, idle, ctx);
   const double left = st.timeout - idle;

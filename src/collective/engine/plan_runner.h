@@ -16,6 +16,8 @@
 
 namespace mwms::collective {
 
+struct FlatLine;  // engine/flat_slots.h
+
 struct RunnerOptions {
   std::size_t chunk_bytes = 256 << 10;  // reduce granularity (multiple of 64)
   double spin_seconds = 50e-6;          // poll without sleeping this long after the last progress
@@ -38,6 +40,15 @@ class PlanRunner {
   /// this collective: Note [finalize]).
   void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
            const ErrorContext& ctx);
+  /// Runs the flat all-reduce of `call` on `buffer` (in place; call.count elements, at most
+  /// kFlatPayloadBytes) over the links' flat slots (Note [flat all-reduce] in
+  /// algorithms/flat_all_reduce.cc), every link of the world offering them. Waits and fails like
+  /// run(); a peer in another call (its slot, or a frame on its link) is a
+  /// CollectiveMismatchError (Note [flat mismatch]).
+  void run_flat(const CollectiveCall& call, char* buffer, double timeout_seconds,
+                const ErrorContext& ctx);
+  /// Whether every link offers flat slots (Note [flat slots]).
+  bool has_flat_slots() const noexcept { return flat_own_ != nullptr; }
 
  private:
   struct State;
@@ -59,12 +70,33 @@ class PlanRunner {
   [[noreturn]] void rethrow_link_error(int peer, const ErrorContext& ctx);
   // Throws CollectiveMismatchError if a peer finalized before `seq` (Note [finalize]).
   void throw_if_finalized(std::uint64_t seq, const ErrorContext& ctx) const;
+  // engine/flat_runner.cc
+  void publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
+                    std::uint32_t k, std::uint64_t tag);
+  const FlatLine* await_flat(int peer, std::uint32_t k, std::uint64_t tag, std::size_t lines,
+                             const FrameHeader& expect, State& st, const ErrorContext& ctx);
+  static void gather_flat(const FlatLine* lines, std::size_t bytes, char* out);
+  void wait_flat(int peer, const FlatLine* line, std::uint32_t k, const FrameHeader& expect,
+                 State& st, const ErrorContext& ctx);
+  void check_frames_of_unpublished(std::uint32_t k, const FrameHeader& expect,
+                                   const ErrorContext& ctx);
+  void check_flat_peers(const FrameHeader& expect, const ErrorContext& ctx);
+  [[noreturn]] void throw_flat_mismatch(int peer, const FrameHeader& expect, const FrameHeader& got,
+                                        const ErrorContext& ctx);
 
   std::vector<Link*> links_;
   ControlPlane* control_;
   RunnerOptions options_;
   SendSlot send_slot_;
   RecvSlot recv_slot_;
+  // Note [flat slots]: this rank's flat area and bell, every peer's area by rank (null when a
+  // link has none: then flat_own_ is null too), and the number of the last flat call.
+  char* flat_own_ = nullptr;
+  Doorbell* flat_bell_ = nullptr;
+  std::vector<const char*> flat_peer_;
+  std::vector<Doorbell*> flat_peer_bell_;
+  std::uint32_t flat_index_ = 0;
+  std::vector<char> flat_scratch_;  // a peer's contribution, gathered (Note [flat lines])
 };
 
 }  // namespace mwms::collective

@@ -24,11 +24,26 @@
 #include <cstddef>
 #include <memory>
 
+#include "collective/flat_layout.h"
 #include "collective/frame.h"
 
 namespace mwms::collective {
 
 struct Doorbell;  // transport/ring_link.h
+
+// Note [flat slots]: a link between two ranks whose memory both can map (shared memory, the
+// in-memory transport) offers each rank a flat area of kFlatAreaBytes (collective/flat_layout.h)
+// that only its owner writes and every peer reads: the flat all-reduce's slots. The transport
+// only provides them, zeroed at creation and mapped by both ends; the engine lays them out
+// (engine/flat_slots.h).
+/// The flat areas of a link's two ranks (Note [flat slots]): this rank's, which only this rank
+/// writes and every peer reads, and the peer's, read here. All null: the link has none.
+struct FlatSlots {
+  char* own = nullptr;
+  const char* peer = nullptr;
+  Doorbell* own_bell = nullptr;   // this rank sleeps on it (Note [doorbell], ring_link.h)
+  Doorbell* peer_bell = nullptr;  // rung after this rank publishes into its own area
+};
 
 /// What one link is, read by the engine's descriptions and errors. Published by every Link. What
 /// the selector reads of a transport is its table entry's LinkTuning (Note [transport table]).
@@ -142,6 +157,9 @@ class Link {
     (void)for_recv;
     return true;
   }
+  /// Note [flat slots]: the two ranks' flat areas when both live in memory both ends map (shared
+  /// memory, the in-memory transport), else all null. The same `own` on every link of a rank.
+  virtual FlatSlots flat_slots() const noexcept { return {}; }
 };
 
 /// One entry of wait_links(): a link and the direction(s) blocked on it.

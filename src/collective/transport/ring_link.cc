@@ -49,6 +49,12 @@ RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorb
   tx_seen_tail_ = tx_.control->tail.load(std::memory_order_relaxed);
 }
 
+RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
+                   Doorbell* peer_bell, char* own_flat, const char* peer_flat)
+    : RingLink(peer, caps, tx, rx, own, peer_bell) {
+  flat_ = FlatSlots{own_flat, peer_flat, own, peer_bell};
+}
+
 void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
 
 bool RingLink::poll_send(SendSlot& slot) {

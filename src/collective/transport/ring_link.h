@@ -49,6 +49,10 @@ class RingLink final : public Link {
   /// rank's doorbell, `peer_bell` the peer's. All memory outlives the link.
   RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
            Doorbell* peer_bell);
+  /// As above, with the two ranks' flat areas (Note [flat slots], link.h; kFlatAreaBytes each,
+  /// 64-byte aligned, outliving the link); their doorbells are `own` and `peer_bell`.
+  RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
+           Doorbell* peer_bell, char* own_flat, const char* peer_flat);
 
   const TransportCaps& caps() const noexcept override { return caps_; }
   int peer() const noexcept override { return peer_; }
@@ -59,6 +63,7 @@ class RingLink final : public Link {
   void wait(double max_seconds, bool for_send, bool for_recv) override;
   Doorbell* doorbell() const noexcept override { return own_; }
   bool moved_since_poll(bool for_send, bool for_recv) const noexcept override;
+  FlatSlots flat_slots() const noexcept override { return flat_; }
 
  private:
   void ring_peer() noexcept;
@@ -71,6 +76,7 @@ class RingLink final : public Link {
   ByteRing rx_;
   Doorbell* own_;
   Doorbell* peer_bell_;
+  FlatSlots flat_;
   std::uint64_t rx_next_ = 0;           // ring position where the next message's envelope starts
   std::uint64_t rx_payload_start_ = 0;  // ring position of the current payload's byte 0
   std::uint64_t rx_seen_head_ = 0;      // for wait(): what poll_recv last saw

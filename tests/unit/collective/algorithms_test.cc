@@ -4,8 +4,9 @@
 // reduction is exact whatever the order, and each rank's result is compared byte for byte with
 // one expected buffer (which also makes the ranks byte-identical to one another). kMean's
 // expectation is divided by the same kernel the algorithms use.
-#include <catch2/catch.hpp>
+#include "collective/algorithms/algorithms.h"
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -15,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "collective/algorithms/algorithms.h"
 #include "collective/backend/engine_backend.h"
+#include "collective/engine/flat_slots.h"
 #include "collective/engine/plan_runner.h"
 #include "collective/selector.h"
 #include "collective/transport/mem/mem_transport.h"
@@ -75,6 +76,13 @@ struct RankState {
            std::size_t count, int root, mc::Buffers b) {
     mc::CollectiveCall call{kind, t, op, count, root, seq++, rank, world_size,
                             static_cast<std::uint8_t>(algo.id()), hosts};
+    if (algo.flat()) {  // Note [flat all-reduce]: the engine backend's dispatch
+      mwms::ErrorContext ctx;
+      ctx.rank = rank;
+      ctx.seq = static_cast<std::int64_t>(call.seq);
+      runner->run_flat(call, b.recv, /*timeout_seconds=*/60, ctx);
+      return;
+    }
     const std::size_t need = algo.scratch_bytes(call);
     if (scratch.size() < need) scratch.resize(need);
     algo.plan(call, b, scratch.data(), &plan);
@@ -167,6 +175,100 @@ TEST_CASE("every all-reduce algorithm, dtype and op on 1..8 threaded ranks", "[u
                                              static_cast<std::size_t>(n - 1)};
     run_world(n, 1 << 20, 4096, [&](RankState& st) { all_reduce_matrix(st, counts, true); });
   }
+}
+
+// Note [flat all-reduce]: every count that fits a flat set, on either side of a line boundary
+// (Note [flat lines]: 56 bytes a line), and calls in a row, so that both sets are reused.
+TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[unit]") {
+  for (int n = 1; n <= 8; ++n) {
+    INFO("world size " << n);
+    run_world(n, 1 << 16, 4096, [&](RankState& st) {
+      if (n == 1) return;  // the engine never runs a collective of one rank
+      REQUIRE(st.runner->has_flat_slots());
+      std::vector<char> buf, want;
+      for (DataType t : kAllDtypes) {
+        const std::size_t esize = mwms::dtype_size(t);
+        const std::size_t most = mc::kFlatPayloadBytes / esize;
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, 56 / esize - 1, 56 / esize,
+                                  56 / esize + 1, std::size_t{1000} / esize, most}) {
+          for (ReduceOp op : kAllOps) {
+            fill_input(buf, st.rank, count, t, op);
+            fill_expected(want, st.world_size, 0, count, t, op);
+            st.run(mc::flat_all_reduce(), mc::CollectiveKind::kAllReduce, t, op, count, -1,
+                   {buf.data(), buf.data()});
+            st.expect("all_reduce", mc::flat_all_reduce(), t, op, count, buf.data(), want);
+          }
+        }
+      }
+    });
+  }
+}
+
+// Note [flat mismatch]: ranks in different calls fail with CollectiveMismatchError, whether both
+// are flat (their tags differ) or one runs a plan (it finds the other's slot, the other its frame).
+TEST_CASE("a flat all-reduce beside another call is a CollectiveMismatchError on both ranks",
+          "[unit]") {
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    std::vector<std::string> caught(2);
+    run_world(2, 1 << 16, 4096, [&](RankState& st) {
+      std::vector<float> buf(1000, 1.0f);
+      const mc::Algorithm& other =
+          variant == 2 ? mc::recursive_doubling_all_reduce() : mc::flat_all_reduce();
+      const bool flat_side = st.rank == 0;
+      // 0: counts 4 and 8; 1: dtypes differ; 2: flat against recursive doubling.
+      const std::size_t count = flat_side || variant == 1 ? 4 : variant == 0 ? 8 : 1000;
+      const DataType t = !flat_side && variant == 1 ? DataType::kInt32 : DataType::kFloat32;
+      try {
+        st.run(flat_side ? mc::flat_all_reduce() : other, mc::CollectiveKind::kAllReduce, t,
+               ReduceOp::kSum, count, -1,
+               {reinterpret_cast<char*>(buf.data()), reinterpret_cast<char*>(buf.data())});
+      } catch (const mwms::CollectiveMismatchError& e) {
+        caught[static_cast<std::size_t>(st.rank)] = e.what();
+      }
+    });
+    for (const std::string& what : caught) {
+      INFO(what);
+      CHECK(what.find("flat") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("the selector takes the flat all-reduce over shared memory up to its limit", "[unit]") {
+  mc::SelectorOptions opts;
+  mc::SelectionInput in;
+  in.topology.world_size = 4;
+  in.topology.links = mc::find_transport("shm")->tuning;
+  const std::size_t limit = in.topology.links.flat_max_bytes;
+  REQUIRE(limit > 0);
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{4}, limit}) {
+    in.bytes = bytes;
+    CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
+  }
+  in.kind = mc::CollectiveKind::kBarrier;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
+  in.kind = mc::CollectiveKind::kAllReduce;
+  in.bytes = limit + 4;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  in.bytes = 4;
+  opts.small_message_bytes = 0;  // MWMS_SMALL_MESSAGE_BYTES=0: no small-message path at all
+  CHECK(mc::select_algorithm(in, opts).algorithm != &mc::flat_all_reduce());
+  opts.small_message_bytes = 65536;
+  in.topology.world_size = 17;  // beyond kFlatMaxRanks
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  in.topology.world_size = 4;
+  in.topology.links = mc::find_transport("tcp")->tuning;  // no flat slots
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  opts.forced = "flat";
+  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts), Catch::Matchers::Contains("no flat slots"));
+  in.topology.links = mc::find_transport("mem")->tuning;  // slots, never chosen unforced
+  in.bytes = mc::kFlatPayloadBytes + 4;
+  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
+                      Catch::Matchers::Contains("larger than a flat slot"));
+  in.bytes = mc::kFlatPayloadBytes;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
+  opts.forced = "";
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
 }
 
 TEST_CASE("hierarchical all-reduce on H hosts x L ranks, hosts contiguous or interleaved",

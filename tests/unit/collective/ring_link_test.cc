@@ -5,10 +5,14 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "collective/frame.h"
 #include "collective/transport/mem/mem_transport.h"
+#include "collective/transport/shm/shm_link.h"
+#include "collective/transport/shm/shm_segment.h"
 
 namespace mc = mwms::collective;
 
@@ -96,4 +100,51 @@ TEST_CASE("ring link: a wait on several links sees a peer that moved on any of t
   t0 = std::chrono::steady_clock::now();
   mc::wait_links(first, 1, 0.05);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= 0.04);
+}
+
+// The links a transport hands the runner wrap a RingLink (ShmLink here, MemLink for the
+// in-memory transport): each must pass on the doorbell and the re-check, or wait_links() falls
+// back to sleeping on one link (Note [doorbell]), and the flat slots (Note [flat slots]).
+TEST_CASE("shm link: the rank's doorbell, the re-check and the flat areas reach the runner",
+          "[unit]") {
+  const std::string job = "ring-link-test";
+  std::vector<std::shared_ptr<mc::ShmSegment>> seg;
+  for (int r = 0; r < 3; ++r) seg.push_back(mc::ShmSegment::create(r, 3, 1 << 16, job));
+  auto peer_view = [&](int owner) {
+    return mc::ShmSegment::open(seg[static_cast<std::size_t>(owner)]->address(), owner, 3, job);
+  };
+  mc::TransportCaps caps;
+  caps.name = "shm";
+  // Rank 0's links to 1 and 2, and rank 2's link to 0.
+  mc::ShmLink to1(0, 1, caps, seg[0], peer_view(1));
+  mc::ShmLink to2(0, 2, caps, seg[0], peer_view(2));
+  mc::ShmLink two(2, 0, caps, seg[2], peer_view(0));
+  REQUIRE(to1.doorbell() == seg[0]->doorbell());
+  REQUIRE(to2.doorbell() == seg[0]->doorbell());
+  const mc::FlatSlots f = to2.flat_slots();
+  CHECK(f.own == seg[0]->flat_area());
+  CHECK(f.own_bell == seg[0]->doorbell());
+  REQUIRE(f.peer != nullptr);
+  // The peer's flat area is its owner's memory: what rank 2 writes there, rank 0 reads.
+  two.flat_slots().own[100] = 'q';
+  CHECK(f.peer[100] == 'q');
+  mc::RecvSlot from1, from2;
+  std::vector<char> landing(64);
+  from1.start(landing.data(), 64, true);
+  from2.start(landing.data(), 64, true);
+  to1.poll_recv(from1);
+  to2.poll_recv(from2);
+  const mc::LinkWait both[] = {{&to1, false, true}, {&to2, false, true}};
+  CHECK_FALSE(to2.moved_since_poll(false, true));
+  mc::FrameHeader h;
+  h.payload_bytes = 64;
+  std::vector<char> data(64, 'x');
+  mc::SendSlot send;
+  send.start(&h, data.data(), 64, 64);
+  for (int round = 0; round < 100 && !send.done; ++round) two.poll_send(send);
+  REQUIRE(send.done);
+  CHECK(to2.moved_since_poll(false, true));
+  const auto t0 = std::chrono::steady_clock::now();
+  mc::wait_links(both, 2, 5.0);  // returns at once: rank 2 produced on the second link
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -22,7 +23,11 @@ struct MemFabric::Pair {
 };
 
 MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
-    : world_size_(world_size), ring_bytes_(ring_bytes), bells_(new Doorbell[world_size]) {
+    : world_size_(world_size),
+      ring_bytes_(ring_bytes),
+      bells_(new Doorbell[world_size]),
+      flat_(static_cast<char*>(
+          std::aligned_alloc(64, kFlatAreaBytes * static_cast<std::size_t>(world_size)))) {
   // A multiple of 64 is what Note [ring link layout] needs, and what aligned_alloc requires of
   // the size for a 64-byte alignment.
   MWMS_CHECK(ring_bytes % 64 == 0 && ring_bytes >= 128, "ring size must be a multiple of 64");
@@ -31,9 +36,12 @@ MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
     p = std::make_unique<Pair>();
     p->data = static_cast<char*>(std::aligned_alloc(64, ring_bytes));
   }
+  MWMS_CHECK(flat_ != nullptr, "no memory for the flat areas");
+  std::memset(flat_, 0,
+              kFlatAreaBytes * static_cast<std::size_t>(world_size));  // Note [flat slots]
 }
 
-MemFabric::~MemFabric() = default;
+MemFabric::~MemFabric() { std::free(flat_); }
 
 std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(world_size_));
@@ -47,7 +55,9 @@ std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
     Pair& in = *pairs_[static_cast<std::size_t>(peer * world_size_ + rank)];
     links[static_cast<std::size_t>(peer)] = std::make_unique<RingLink>(
         peer, caps, ByteRing{&out.control, out.data, ring_bytes_},
-        ByteRing{&in.control, in.data, ring_bytes_}, &bells_[rank], &bells_[peer]);
+        ByteRing{&in.control, in.data, ring_bytes_}, &bells_[rank], &bells_[peer],
+        flat_ + static_cast<std::size_t>(rank) * kFlatAreaBytes,
+        flat_ + static_cast<std::size_t>(peer) * kFlatAreaBytes);
   }
   return links;
 }
@@ -71,6 +81,11 @@ class MemLink final : public Link {
   void wait(double max_seconds, bool for_send, bool for_recv) override {
     ring_->wait(max_seconds, for_send, for_recv);
   }
+  Doorbell* doorbell() const noexcept override { return ring_->doorbell(); }
+  bool moved_since_poll(bool for_send, bool for_recv) const noexcept override {
+    return ring_->moved_since_poll(for_send, for_recv);
+  }
+  FlatSlots flat_slots() const noexcept override { return ring_->flat_slots(); }
 
  private:
   std::shared_ptr<MemFabric> fabric_;  // declared first: destroyed after the ring
@@ -161,8 +176,14 @@ std::string mem_cannot_connect(const bootstrap::PeerInfo& me, const bootstrap::P
 }  // namespace
 
 // Its links are shm's rings in heap memory: shm's thresholds would fit, but the selector's
-// defaults keep the algorithm tests independent of them.
-const TransportEntry kMemTransportEntry{"mem", 40, false, false, create_mem, mem_cannot_connect,
-                                        nullptr, LinkTuning{}};
+// defaults keep the algorithm tests independent of them. They offer the flat slots (Note [flat
+// slots]), which the selector never picks here (flat_max_bytes 0) and MWMS_ALGO=flat may force.
+constexpr LinkTuning mem_tuning() {
+  LinkTuning t;
+  t.flat_slots = true;
+  return t;
+}
+const TransportEntry kMemTransportEntry{
+    "mem", 40, false, false, create_mem, mem_cannot_connect, nullptr, mem_tuning()};
 
 }  // namespace mwms::collective

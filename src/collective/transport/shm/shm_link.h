@@ -26,6 +26,13 @@ class ShmLink final : public Link {
   void wait(double max_seconds, bool for_send, bool for_recv) override {
     ring_.wait(max_seconds, for_send, for_recv);
   }
+  // Without these two a runner waiting on several shm links fell back to sleeping on the first
+  // one alone (Note [doorbell]).
+  Doorbell* doorbell() const noexcept override { return ring_.doorbell(); }
+  bool moved_since_poll(bool for_send, bool for_recv) const noexcept override {
+    return ring_.moved_since_poll(for_send, for_recv);
+  }
+  FlatSlots flat_slots() const noexcept override { return ring_.flat_slots(); }
 
  private:
   std::shared_ptr<ShmSegment> own_;

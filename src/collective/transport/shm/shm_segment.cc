@@ -25,7 +25,7 @@ namespace mwms::collective {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x314d4853534d574dULL;  // "MWMSSHM1" little endian
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;                    // 2: the flat area after the header page
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kDoorbellOffset = 1024;  // past the header, on a 64-byte line of its own
 constexpr std::size_t kMaxAddressBytes = 128;  // addresses come off the wire: bounded
@@ -60,8 +60,12 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// The header page and the flat area (Note [flat slots]): allocated and mapped at creation.
+constexpr std::size_t kFrontBytes = kPage + kFlatAreaBytes;
+static_assert(kFlatAreaBytes % kPage == 0, "the rings' slots must stay page aligned");
+
 std::size_t total_bytes(int world_size, std::size_t ring_bytes) {
-  return kPage + static_cast<std::size_t>(world_size) * shm_slot_bytes(ring_bytes);
+  return kFrontBytes + static_cast<std::size_t>(world_size) * shm_slot_bytes(ring_bytes);
 }
 
 std::string errno_text(int err) { return common::errno_description(err); }
@@ -156,7 +160,7 @@ std::size_t shm_slot_bytes(std::size_t ring_bytes) noexcept {
 }
 
 std::size_t ShmSegment::slot_offset(int sender) const noexcept {
-  return kPage + static_cast<std::size_t>(sender) * shm_slot_bytes(ring_bytes_);
+  return kFrontBytes + static_cast<std::size_t>(sender) * shm_slot_bytes(ring_bytes_);
 }
 
 namespace {
@@ -187,13 +191,17 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   if (::ftruncate(s->fd_, static_cast<off_t>(s->size_)) != 0) {
     throw_os("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
   }
-  // The header page is written now: allocate it first, a full shm fails here, not with SIGBUS.
-  int rc = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(kPage));
+  // The header page and the flat area are written from now on: allocate them first, so a full
+  // shm fails here, not with SIGBUS.
+  int rc = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(kFrontBytes));
   // EOPNOTSUPP: a file system without fallocate; go on without the early check.
-  if (rc != 0 && rc != EOPNOTSUPP) throw_os("allocating the header page", rc);
+  if (rc != 0 && rc != EOPNOTSUPP) throw_os("allocating the header page and flat area", rc);
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
   if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
   s->base_ = static_cast<char*>(p);
+  // Note [shm prefault]: the flat area's first small all-reduce must not take page faults.
+  rc = prefault(s->base_, kFrontBytes);
+  if (rc != 0) throw_os("mapping the header page and flat area", rc);
   random_nonce(s->nonce_);
   auto* h = reinterpret_cast<SegmentHeader*>(s->base_);
   h->version = kVersion;
@@ -264,6 +272,10 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
   if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
   s->base_ = static_cast<char*>(p);
+  // Note [shm prefault]: this rank reads the owner's flat area (Note [flat slots]) from its first
+  // small all-reduce on.
+  const int rc = prefault(s->base_ + kPage, kFlatAreaBytes);
+  if (rc != 0) throw_os("mapping the peer's flat area", rc);
   return s;
 }
 
@@ -288,6 +300,8 @@ ByteRing ShmSegment::inbound(int sender) const {
 Doorbell* ShmSegment::doorbell() const {
   return reinterpret_cast<Doorbell*>(base_ + kDoorbellOffset);
 }
+
+char* ShmSegment::flat_area() const { return base_ + kPage; }
 
 // Memory this host can give shared memory: MemAvailable, capped by the memory cgroup's headroom
 // (cgroup v2) when there is one. 0 when unknown.

@@ -13,6 +13,7 @@
 // is refused with BootstrapError instead of being written into. Layout, every part page aligned:
 //
 //   [header page: SegmentHeader, Doorbell at kDoorbellOffset]
+//   [flat area: kFlatAreaBytes, written by the owner only (Note [flat slots], link.h)]
 //   [slot 0: ByteRingControl page | data, ring_bytes] ... [slot world_size - 1]
 //
 // The file is sized (ftruncate) for world_size slots but is sparse: only the slots of senders on
@@ -65,6 +66,9 @@ class ShmSegment {
   ByteRing inbound(int sender) const;
   /// The owner's doorbell.
   Doorbell* doorbell() const;
+  /// The owner's flat area (Note [flat slots], link.h): kFlatAreaBytes, page aligned, allocated
+  /// and mapped with the header page.
+  char* flat_area() const;
   /// Capacity of each inbound ring.
   std::size_t ring_bytes() const noexcept { return ring_bytes_; }
   /// Bytes of the whole (sparse) segment.

@@ -124,8 +124,11 @@ void shm_descriptors(common::DescriptorBudget& budget) { ++budget.shm_peers; }
 
 // Over shared memory a latency is a few microseconds and bytes are cheap to copy: recursive
 // doubling's whole-buffer exchanges stop paying off above 8 KiB, and the ring's pipeline beats
-// Rabenseifner from a few hundred KiB (n = 4, 2 cores; docs/algorithms.md).
-constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true};
+// Rabenseifner from a few hundred KiB (n = 4, 2 cores; docs/algorithms.md). Every shm link
+// offers the flat slots (Note [flat slots]), which beat recursive doubling up to
+// kShmFlatMaxBytes (Note [flat all-reduce] in algorithms/flat_all_reduce.cc).
+constexpr std::size_t kShmFlatMaxBytes = 2048;
+constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true, true, kShmFlatMaxBytes};
 
 }  // namespace
 

@@ -1,0 +1,20 @@
+// The sizes of the flat slots (Note [flat slots] in transport/link.h, Note [flat lines] in
+// engine/flat_slots.h), where transports (which provide the areas), the engine (which lays them
+// out) and the flat all-reduce's selection (algorithms/flat_all_reduce.cc) can all see them.
+#pragma once
+
+#include <cstddef>
+
+namespace mwms::collective {
+
+/// Bytes of each rank's flat area: two sets, one per parity of the call number.
+constexpr std::size_t kFlatAreaBytes = 16384;
+constexpr std::size_t kFlatSetBytes = kFlatAreaBytes / 2;
+/// A set is an identity line and data lines of 56 bytes of payload and an 8-byte tag.
+constexpr std::size_t kFlatLineBytes = 64;
+constexpr std::size_t kFlatLineData = 56;  // a multiple of every element size
+constexpr std::size_t kFlatLines = kFlatSetBytes / kFlatLineBytes - 1;
+/// The largest flat all-reduce, in bytes (7112).
+constexpr std::size_t kFlatPayloadBytes = kFlatLines * kFlatLineData;
+
+}  // namespace mwms::collective
