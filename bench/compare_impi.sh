@@ -9,26 +9,35 @@
 # under Open MPI's mpirun with --compare mpi (so Open MPI's numbers come along), glibc keeping
 # freed memory for Open MPI's sake (see bench/run_performance.sh).
 #
-# Usage: bench/compare_impi.sh [-d DIR] [-B BIN_DIR] [-k BACKEND] [-r REPEATS] [-e MAXBYTES]
+# Usage: bench/compare_impi.sh [-d DIR] [-B BIN_DIR] [-k BACKEND] [-r REPEATS] [-b MINBYTES]
+#                              [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-c COMPARE]
 #   -d DIR      output directory (default perf-results/impi-<UTC date>)
 #   -B BIN_DIR  the *_perf binaries (default build/bin)
 #   -k BACKEND  libmwms --backend (default auto, what users get)
-#   -r N        repetitions (default 3); -e MAXBYTES (default 64M, a power of two)
+#   -r N        repetitions (default 3); -b MINBYTES (default 8), -e MAXBYTES (default 64M),
+#               powers of two, 4x apart
+#   -n ITERS    timed iterations per size (default 20); -w WARMUP untimed ones (default 5)
+#   -c COMPARE  all_reduce_perf's --compare (default mpi: Open MPI in the same run, iterations
+#               interleaved, so each call also waits out the peer's skew from the other
+#               library's call). For 4 B - 4 KiB use -b 4 -e 4K -n 3000 -w 200 -c none: at
+#               0.3 us a size needs thousands of iterations, and back-to-back calls are what
+#               impi_allreduce times
 #   -h, --help  this text
 # Environment: IMPI_VENV (default /tmp/impi) is created if missing.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-out="" bin="$repo/build/bin" backend=auto repeats=3 maxb=64M
+out="" bin="$repo/build/bin" backend=auto repeats=3 minb=8 maxb=64M iters=20 warmup=5 compare=mpi
 # --help/-h: the usage above, status 0; an unknown option or a missing value: the usage on stderr,
 # status 2.
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 bad_usage() { echo "compare_impi.sh: $1" >&2; usage >&2; exit 2; }
-while getopts ":d:B:k:r:e:h-:" opt; do
+while getopts ":d:B:k:r:b:e:n:w:c:h-:" opt; do
   case $opt in
     d) out=$OPTARG ;; B) bin=$OPTARG ;; k) backend=$OPTARG ;; r) repeats=$OPTARG ;;
-    e) maxb=$OPTARG ;;
+    b) minb=$OPTARG ;; e) maxb=$OPTARG ;; n) iters=$OPTARG ;; w) warmup=$OPTARG ;;
+    c) compare=$OPTARG ;;
     h) usage; exit 0 ;;
     -) [ "$OPTARG" = help ] || bad_usage "unknown option --$OPTARG"; usage; exit 0 ;;
     :) bad_usage "option -$OPTARG needs a value" ;;
@@ -75,7 +84,7 @@ for np in 2 4; do
     name="all_reduce_n${np}_intel-mpi_r${rep}"
     # -bootstrap fork: one host, no ssh; oversubscription is allowed by Intel MPI as is.
     if "${impi_env[@]}" I_MPI_FABRICS=shm I_MPI_ADJUST_ALLREDUCE=13 \
-        timeout 600 "$impi_mpirun" -bootstrap fork -n "$np" "$out/impi_allreduce" 8 "$max_bytes" 4 20 5 \
+        timeout 600 "$impi_mpirun" -bootstrap fork -n "$np" "$out/impi_allreduce" "$minb" "$max_bytes" 4 "$iters" "$warmup" \
         "$out/$name.json" > "$out/$name.log" 2>&1; then
       echo "ok   $name"
     else
@@ -85,8 +94,8 @@ for np in 2 4; do
     fi
     name="all_reduce_n${np}_${backend}_r${rep}"
     if MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1 timeout 900 "${ompi[@]}" \
-        "$bin/all_reduce_perf" -b 8 -e "$maxb" -f 4 -n 20 -w 5 --backend "$backend" \
-        --compare mpi --json "$out/$name.json" > "$out/$name.log" 2>&1; then
+        "$bin/all_reduce_perf" -b "$minb" -e "$maxb" -f 4 -n "$iters" -w "$warmup" --backend "$backend" \
+        --compare "$compare" --json "$out/$name.json" > "$out/$name.log" 2>&1; then
       echo "ok   $name"
     else
       echo "FAIL $name: $(grep -m1 -iE 'error|failed' "$out/$name.log" | cut -c1-200)"
