@@ -184,7 +184,10 @@ TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[
     INFO("world size " << n);
     run_world(n, 1 << 16, 4096, [&](RankState& st) {
       if (n == 1) return;  // the engine never runs a collective of one rank
-      REQUIRE(st.runner->has_flat_slots());
+      if (!st.runner->has_flat_slots()) {  // no Catch assertion off the main thread
+        st.failure = "the runner sees no flat slots over the in-memory links";
+        return;
+      }
       std::vector<char> buf, want;
       for (DataType t : kAllDtypes) {
         const std::size_t esize = mwms::dtype_size(t);
@@ -206,8 +209,7 @@ TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[
 
 // Note [flat mismatch]: ranks in different calls fail with CollectiveMismatchError, whether both
 // are flat (their tags differ) or one runs a plan (it finds the other's slot, the other its frame).
-TEST_CASE("a flat all-reduce beside another call is a CollectiveMismatchError on both ranks",
-          "[unit]") {
+TEST_CASE("a flat all-reduce beside another call: a mismatch on both threaded ranks", "[unit]") {
   for (int variant = 0; variant < 3; ++variant) {
     INFO("variant " << variant);
     std::vector<std::string> caught(2);
