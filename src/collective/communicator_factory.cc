@@ -58,6 +58,8 @@ Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
     t.max_ranks_per_host = std::max(t.max_ranks_per_host, n);
     t.uniform_hosts = t.uniform_hosts && n == per_host.begin()->second;
   }
+  // Online cores, not this rank's affinity mask: every rank of a host reads the same number.
+  t.ranks_exceed_cores = t.max_ranks_per_host > std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   // Every rank must compute the same topology (the selector depends on it): look at every pair,
   // as choose_transports() decides it identically on every rank. Links of one transport give its
   // thresholds; a mix (shared memory inside hosts, TCP between them) the selector's defaults.

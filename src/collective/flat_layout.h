@@ -14,7 +14,16 @@ constexpr std::size_t kFlatSetBytes = kFlatAreaBytes / 2;
 constexpr std::size_t kFlatLineBytes = 64;
 constexpr std::size_t kFlatLineData = 56;  // a multiple of every element size
 constexpr std::size_t kFlatLines = kFlatSetBytes / kFlatLineBytes - 1;
-/// The largest flat all-reduce, in bytes (7112).
+/// The largest flat all-reduce in lines, in bytes (7112); larger ones are staged.
 constexpr std::size_t kFlatPayloadBytes = kFlatLines * kFlatLineData;
+
+/// Note [flat staging]: each rank's staging area, two sets of a head page (two tags on lines of
+/// their own, the identity line) and up to kFlatStageBytes of data.
+constexpr std::size_t kFlatStageBytes = std::size_t{1} << 20;
+constexpr std::size_t kFlatStageHeadBytes = 4096;
+constexpr std::size_t kFlatStageSetBytes = kFlatStageHeadBytes + kFlatStageBytes;
+constexpr std::size_t kFlatStageAreaBytes = 2 * kFlatStageSetBytes;
+/// A staged reduction's block: the partial sums stay in L1 while every rank's block is added.
+constexpr std::size_t kFlatBlockBytes = 16384;
 
 }  // namespace mwms::collective

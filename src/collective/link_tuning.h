@@ -32,6 +32,9 @@ struct LinkTuning {
   /// All-reduces up to min(MWMS_SMALL_MESSAGE_BYTES, this) take the flat all-reduce when
   /// flat_slots holds; 0: only when MWMS_ALGO=flat forces it.
   std::size_t flat_max_bytes = 0;
+  /// With flat_slots, when ranks outnumber cores (Topology::ranks_exceed_cores): all-reduces up
+  /// to this take the flat all-reduce, staged above its lines (Note [flat staging]); 0: never.
+  std::size_t flat_oversubscribed_max_bytes = 0;
 };
 
 }  // namespace mwms::collective

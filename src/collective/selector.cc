@@ -90,6 +90,12 @@ Selection select_algorithm(const SelectionInput& in, const SelectorOptions& opti
             "message at most the links' flat limit (and MWMS_SMALL_MESSAGE_BYTES), ranks sharing "
             "memory: flat (each rank publishes its slot, every rank reduces all slots)"};
   }
+  if (in.topology.ranks_exceed_cores && in.bytes <= links.flat_oversubscribed_max_bytes &&
+      flat_all_reduce().supports(in, nullptr)) {
+    return {&flat_all_reduce(),
+            "more ranks than cores on the host, ranks sharing memory: flat (two hand-offs, "
+            "staged above its lines, against 2 log2(n) or 2(n-1) for rhd and the ring)"};
+  }
   if (in.bytes <= std::min(options.small_message_bytes, links.small_message_max_bytes)) {
     return {&recursive_doubling_all_reduce(),
             links.small_message_max_bytes < options.small_message_bytes

@@ -24,7 +24,7 @@ namespace mwms::collective {
 namespace {
 
 constexpr int kFlatMaxRanks = 16;
-static_assert(kFlatPayloadBytes == 7112, "the refusal below names the size");
+static_assert(kFlatStageBytes == 1 << 20, "the refusal below names the size");
 
 class FlatAllReduce final : public Algorithm {
  public:
@@ -38,8 +38,8 @@ class FlatAllReduce final : public Algorithm {
     } else if (!in.topology.links.flat_slots) {
       no = "the links offer no flat slots (only shared memory between the ranks of one host, "
            "with every pair on it, does)";
-    } else if (in.bytes > kFlatPayloadBytes) {
-      no = "the message is larger than a flat slot (7112 bytes)";
+    } else if (in.bytes > kFlatStageBytes) {
+      no = "the message is larger than a flat staging set (1 MiB)";
     } else if (in.topology.world_size > kFlatMaxRanks) {
       no = "more than 16 ranks";
     }

@@ -1,17 +1,30 @@
 // The flat all-reduce's executor (Note [flat all-reduce], algorithms/flat_all_reduce.cc): the
-// PlanRunner publishes this rank's contribution in its flat area and reduces every rank's where
-// it lies, waiting for each with the same deadline, stall notices and peer checks as a plan.
+// PlanRunner publishes this rank's contribution in its flat or staging area and reduces every
+// rank's where it lies, waiting for each with the same deadline, stall notices and peer checks
+// as a plan. Up to kFlatPayloadBytes the call goes in tagged lines (Note [flat lines]), above it
+// through the staging areas:
+//
+// Note [flat staging]: each rank copies its buffer into its staging set and tags it contributed;
+// then it reduces its own segment (ring_segment) from every rank's set in rank order, a block of
+// kFlatBlockBytes at a time so that the partial sum stays in L1, writes the result into its set
+// and its buffer, and tags it reduced; then it copies every other rank's reduced segment. Two
+// hand-offs per call whatever the world size, against 2 log2(n) for Rabenseifner and 2(n-1) for
+// the ring: what matters when ranks outnumber cores and every hand-off may wait for the
+// scheduler. Each segment is reduced by one rank, so every rank gets the same bits. The sets
+// alternate by call number as the lines do: a rank rewrites a set only after every rank
+// published the call in between, which each did after it had read all of the set's last call.
 //
 // Note [flat mismatch]: a flat all-reduce sends no frames, so a rank in it never meets the
 // envelope check of a plan, and a peer in a plan never meets its slot. Both look for the other in
 // their slow path (after MWMS_SPIN_MICROSECONDS without progress) and report the two calls with
 // check_frame, as two plans would be:
-//   - a rank waiting in flat call k reads the envelope of a frame sent to it by any peer that has
-//     not published k: that peer cannot be past this call, so the frame is of another call;
-//   - a rank waiting in a plan reads every peer's next flat header: one published with this seq
+//   - a rank waiting in flat call k compares the identity of every peer that published k (in
+//     either protocol) with its own, and reads the envelope of a frame sent to it by any peer
+//     that has not published k: that peer cannot be past this call, so the frame is another call;
+//   - a rank waiting in a plan reads every peer's next flat call: one published with this seq
 //     (or an earlier one) is another call. A peer that published a later seq has finished this
 //     collective, and its last bytes are on the links.
-// Two ranks in flat calls that differ (count, dtype, op, kind) see it in the header at once.
+// Two ranks in flat calls of one protocol that differ see it in the tags at once.
 #include <algorithm>
 #include <cstring>
 
@@ -24,20 +37,48 @@
 
 namespace mwms::collective {
 
+namespace {
+
+void write_identity(FlatIdentity& id, const CollectiveCall& call) {
+  id.seq.store(call.seq, std::memory_order_relaxed);
+  id.count.store(static_cast<std::uint32_t>(call.count), std::memory_order_relaxed);
+  id.kind_dtype_op.store(static_cast<std::uint32_t>(call.kind) |
+                             static_cast<std::uint32_t>(call.dtype) << 8 |
+                             static_cast<std::uint32_t>(call.op) << 16,
+                         std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void PlanRunner::run_flat(const CollectiveCall& call, char* buffer, double timeout_seconds,
                           const ErrorContext& ctx) {
   const std::size_t bytes = call.count * dtype_size(call.dtype);
-  MWMS_CHECK(flat_own_ != nullptr && bytes <= kFlatPayloadBytes &&
+  MWMS_CHECK(flat_own_ != nullptr && bytes <= kFlatStageBytes &&
                  static_cast<std::size_t>(call.world_size) == links_.size(),
              "flat all-reduce over links without flat slots");
   const std::uint32_t k = ++flat_index_;
-  const std::uint64_t tag = k | static_cast<std::uint64_t>(flat_identity_bits(call)) << 32;
-  const std::size_t lines = flat_line_count(bytes);
   const FrameHeader expect = flat_envelope(call);
-  publish_flat(call, buffer, bytes, k, tag);
   State st;
   st.timeout = timeout_seconds;
   st.progress = 1;  // the first wait reads the clock (Note [idle time])
+  if (bytes <= kFlatPayloadBytes) {
+    flat_in_lines(call, buffer, k, expect, st, ctx);
+  } else {
+    flat_staged(call, buffer, k, expect, st, ctx);
+  }
+  if (call.op == ReduceOp::kMean && bytes <= kFlatPayloadBytes) {
+    kernels::scale_divide(buffer, call.count, call.dtype, call.world_size);
+  }
+  if (st.notice_sent) control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
+}
+
+// Note [flat lines].
+void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::uint32_t k,
+                               const FrameHeader& expect, State& st, const ErrorContext& ctx) {
+  const std::size_t bytes = call.count * dtype_size(call.dtype);
+  const std::uint64_t tag = k | static_cast<std::uint64_t>(flat_identity_bits(call)) << 32;
+  const std::size_t lines = flat_line_count(bytes);
+  publish_flat(call, buffer, bytes, k, tag);
   // Rank order, whatever the arrival order: every rank computes the same bits (as gather does).
   for (int q = 0; q < call.world_size; ++q) {
     const FlatLine* l =
@@ -54,22 +95,12 @@ void PlanRunner::run_flat(const CollectiveCall& call, char* buffer, double timeo
     }
     kernels::reduce(buffer, src, call.count, call.dtype, call.op);
   }
-  if (call.op == ReduceOp::kMean) {
-    kernels::scale_divide(buffer, call.count, call.dtype, call.world_size);
-  }
-  if (st.notice_sent) control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
 }
 
 // The identity line, then each data line's bytes and its tag (Note [flat lines]).
 void PlanRunner::publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
                               std::uint32_t k, std::uint64_t tag) {
-  FlatIdentity* id = flat_identity(flat_own_, k);
-  id->seq.store(call.seq, std::memory_order_relaxed);
-  id->count.store(static_cast<std::uint32_t>(call.count), std::memory_order_relaxed);
-  id->kind_dtype_op.store(static_cast<std::uint32_t>(call.kind) |
-                              static_cast<std::uint32_t>(call.dtype) << 8 |
-                              static_cast<std::uint32_t>(call.op) << 16,
-                          std::memory_order_relaxed);
+  write_identity(*flat_identity(flat_own_, k), call);
   FlatLine* l = flat_lines(flat_own_, k);
   const std::size_t lines = flat_line_count(bytes);
   for (std::size_t j = 0; j < lines; ++j) {
@@ -84,6 +115,10 @@ void PlanRunner::publish_flat(const CollectiveCall& call, const char* buffer, st
     // [doorbell]).
     l[j].tag.store(tag, j + 1 == lines ? std::memory_order_seq_cst : std::memory_order_release);
   }
+  ring_flat_peers();
+}
+
+void PlanRunner::ring_flat_peers() noexcept {
   for (Doorbell* bell : flat_peer_bell_) {
     if (bell != nullptr) doorbell_ring(bell);
   }
@@ -100,11 +135,7 @@ const FlatLine* PlanRunner::await_flat(int peer, std::uint32_t k, std::uint64_t 
   // others are too, and this rank does not pull lines away from a writer still filling them.
   for (std::size_t i = 0; i < lines; ++i) {
     const std::size_t j = i == 0 ? lines - 1 : i - 1;
-    std::uint64_t t;
-    while (static_cast<std::uint32_t>(t = l[j].tag.load(std::memory_order_acquire)) != k) {
-      wait_flat(peer, &l[j], k, expect, st, ctx);
-    }
-    if (t != tag) throw_flat_mismatch(peer, expect, flat_envelope(*flat_identity(area, k)), ctx);
+    await_tag(peer, l[j].tag, *flat_identity(area, k), k, tag, expect, st, ctx);
   }
   ++st.progress;
   return l;
@@ -118,9 +149,68 @@ void PlanRunner::gather_flat(const FlatLine* lines, std::size_t bytes, char* out
   if (at < bytes) std::memcpy(out + at, lines[at / kFlatLineData].data, bytes - at);
 }
 
-// One round of waiting for `peer`'s slot, as wait() is for a plan's links: spin (or yield), then
-// the slow path: mismatch, stall, deadline and peer checks, and a short sleep on the doorbell.
-void PlanRunner::wait_flat(int peer, const FlatLine* line, std::uint32_t k,
+// Note [flat staging].
+void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint32_t k,
+                             const FrameHeader& expect, State& st, const ErrorContext& ctx) {
+  const std::size_t esize = dtype_size(call.dtype);
+  const int n = call.world_size;
+  const std::uint64_t tag = k | static_cast<std::uint64_t>(flat_stage_identity_bits(call)) << 32;
+  FlatStageHead* head = flat_stage_head(flat_own_stage_, k);
+  char* mine = flat_stage_data(flat_own_stage_, k);
+  write_identity(head->identity, call);
+  std::memcpy(mine, buffer, call.count * esize);
+  head->contributed.store(tag, std::memory_order_seq_cst);  // before the sleepers' loads
+  ring_flat_peers();
+  auto data_of = [&](int q) -> const char* {
+    return q == call.rank ? mine : flat_stage_data(flat_peer_stage_[static_cast<std::size_t>(q)], k);
+  };
+  auto head_of = [&](int q) {
+    return flat_stage_head(flat_peer_stage_[static_cast<std::size_t>(q)], k);
+  };
+  for (int q = 0; q < n; ++q) {
+    if (q != call.rank) await_tag(q, head_of(q)->contributed, head_of(q)->identity, k, tag, expect, st, ctx);
+  }
+  ++st.progress;
+  const Segment seg = ring_segment(call.count, n, call.rank);
+  const std::size_t off = seg.offset * esize;
+  const std::size_t len = seg.count * esize;
+  char* acc = flat_scratch_.data();
+  for (std::size_t b = 0; b < len; b += kFlatBlockBytes) {
+    const std::size_t bl = std::min(kFlatBlockBytes, len - b);
+    std::memcpy(acc, data_of(0) + off + b, bl);
+    for (int q = 1; q < n; ++q) {
+      kernels::reduce(acc, data_of(q) + off + b, bl / esize, call.dtype, call.op);
+    }
+    if (call.op == ReduceOp::kMean) kernels::scale_divide(acc, bl / esize, call.dtype, n);
+    std::memcpy(mine + off + b, acc, bl);
+    std::memcpy(buffer + off + b, acc, bl);
+  }
+  head->reduced.store(tag, std::memory_order_seq_cst);
+  ring_flat_peers();
+  for (int q = 0; q < n; ++q) {
+    if (q == call.rank) continue;
+    await_tag(q, head_of(q)->reduced, head_of(q)->identity, k, tag, expect, st, ctx);
+    ++st.progress;
+    const Segment s = ring_segment(call.count, n, q);
+    std::memcpy(buffer + s.offset * esize, data_of(q) + s.offset * esize, s.count * esize);
+  }
+}
+
+// Waits until `t` (of `peer`, whose call is described by `id`) carries call k; another identity
+// with the same k is a mismatch.
+void PlanRunner::await_tag(int peer, const std::atomic<std::uint64_t>& t, const FlatIdentity& id,
+                           std::uint32_t k, std::uint64_t tag, const FrameHeader& expect,
+                           State& st, const ErrorContext& ctx) {
+  std::uint64_t v;
+  while (static_cast<std::uint32_t>(v = t.load(std::memory_order_acquire)) != k) {
+    wait_flat(peer, t, k, expect, st, ctx);
+  }
+  if (v != tag) throw_flat_mismatch(peer, expect, flat_envelope(id), ctx);
+}
+
+// One round of waiting for `peer`'s tag `t`, as wait() is for a plan's links: spin (or yield),
+// then the slow path: mismatch, stall, deadline and peer checks, and a short sleep on the bell.
+void PlanRunner::wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::uint32_t k,
                            const FrameHeader& expect, State& st, const ErrorContext& ctx) {
   if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
     note_progress(st, ctx);
@@ -132,16 +222,16 @@ void PlanRunner::wait_flat(int peer, const FlatLine* line, std::uint32_t k,
     relax();
     return;
   }
-  check_frames_of_unpublished(k, expect, ctx);
+  check_flat_call(k, expect, ctx);
   watch_stall(st, static_cast<std::uint64_t>(ctx.seq), peer, idle, ctx);
   const double left = st.timeout - idle;
   if (left <= 0) throw_timeout(st, peer, ctx);
   if (control_ != nullptr) check_peers(st, peer, idle, ctx);
-  // Note [doorbell]: seq read, announce, re-check, sleep; publish_flat() stores k (seq_cst)
+  // Note [doorbell]: seq read, announce, re-check, sleep; a publisher stores its tag (seq_cst)
   // before it looks for sleepers, so one of the two sees the other.
   const std::uint32_t seen = flat_bell_->seq.load(std::memory_order_acquire);
   flat_bell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (static_cast<std::uint32_t>(line->tag.load(std::memory_order_seq_cst)) != k) {
+  if (static_cast<std::uint32_t>(t.load(std::memory_order_seq_cst)) != k) {
     doorbell_wait(flat_bell_, seen, std::min(left, 0.01));
   }
   flat_bell_->sleepers.fetch_sub(1, std::memory_order_relaxed);
@@ -149,13 +239,33 @@ void PlanRunner::wait_flat(int peer, const FlatLine* line, std::uint32_t k,
   if (control_ != nullptr) control_->poll(nullptr, 0, 0, ctx);
 }
 
+// Whether `p` published flat call k in either protocol, and the envelope of what it published.
+bool PlanRunner::flat_published(std::size_t p, std::uint32_t k, FrameHeader* got) const {
+  const FlatLine& line0 = flat_lines(flat_peer_[p], k)[0];
+  if (static_cast<std::uint32_t>(line0.tag.load(std::memory_order_acquire)) == k) {
+    *got = flat_envelope(*flat_identity(flat_peer_[p], k));
+    return true;
+  }
+  const FlatStageHead* head = flat_stage_head(flat_peer_stage_[p], k);
+  if (static_cast<std::uint32_t>(head->contributed.load(std::memory_order_acquire)) == k) {
+    *got = flat_envelope(head->identity);
+    return true;
+  }
+  return false;
+}
+
 // Note [flat mismatch], first half.
-void PlanRunner::check_frames_of_unpublished(std::uint32_t k, const FrameHeader& expect,
-                                             const ErrorContext& ctx) {
+void PlanRunner::check_flat_call(std::uint32_t k, const FrameHeader& expect,
+                                 const ErrorContext& ctx) {
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (flat_peer_[p] == nullptr) continue;
-    const std::uint64_t t = flat_lines(flat_peer_[p], k)[0].tag.load(std::memory_order_acquire);
-    if (static_cast<std::uint32_t>(t) == k) continue;
+    FrameHeader got;
+    if (flat_published(p, k, &got)) {
+      if (std::memcmp(&got, &expect, sizeof(FrameHeader)) != 0) {
+        throw_flat_mismatch(static_cast<int>(p), expect, got, ctx);
+      }
+      continue;  // in this call: it may be past it, its frames are not ours to read
+    }
     Link& link = *links_[p];
     if (!link.moved_since_poll(false, true)) continue;
     RecvSlot probe;  // envelope only: never accepted, so nothing lands
@@ -173,10 +283,8 @@ void PlanRunner::check_frames_of_unpublished(std::uint32_t k, const FrameHeader&
 void PlanRunner::check_flat_peers(const FrameHeader& expect, const ErrorContext& ctx) {
   const std::uint32_t next = flat_index_ + 1;
   for (std::size_t p = 0; p < flat_peer_.size(); ++p) {
-    if (flat_peer_[p] == nullptr) continue;
-    const std::uint64_t t = flat_lines(flat_peer_[p], next)[0].tag.load(std::memory_order_acquire);
-    if (static_cast<std::uint32_t>(t) != next) continue;
-    const FrameHeader got = flat_envelope(*flat_identity(flat_peer_[p], next));
+    FrameHeader got;
+    if (flat_peer_[p] == nullptr || !flat_published(p, next, &got)) continue;
     if (got.seq > expect.seq) continue;  // past this collective
     throw_flat_mismatch(static_cast<int>(p), expect, got, ctx);
   }

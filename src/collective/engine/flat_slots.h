@@ -72,6 +72,40 @@ inline std::uint32_t flat_identity_bits(const CollectiveCall& call) {
          (static_cast<std::uint32_t>(call.seq) & 1023u) << 22;
 }
 
+/// Note [flat staging]: the head page of a staging set: a tag when this rank's contribution is
+/// in the set's data, a tag when its segment's result is, each on a line of its own (its
+/// readers spin on one while the other is written), and the call's identity.
+struct FlatStageHead {
+  alignas(64) std::atomic<std::uint64_t> contributed;
+  alignas(64) std::atomic<std::uint64_t> reduced;
+  FlatIdentity identity;
+};
+static_assert(sizeof(FlatStageHead) <= kFlatStageHeadBytes, "staging head exceeds its page");
+
+inline FlatStageHead* flat_stage_head(char* area, std::uint32_t k) {
+  return reinterpret_cast<FlatStageHead*>(area + (k & 1u) * kFlatStageSetBytes);
+}
+inline const FlatStageHead* flat_stage_head(const char* area, std::uint32_t k) {
+  return reinterpret_cast<const FlatStageHead*>(area + (k & 1u) * kFlatStageSetBytes);
+}
+inline char* flat_stage_data(char* area, std::uint32_t k) {
+  return area + (k & 1u) * kFlatStageSetBytes + kFlatStageHeadBytes;
+}
+inline const char* flat_stage_data(const char* area, std::uint32_t k) {
+  return area + (k & 1u) * kFlatStageSetBytes + kFlatStageHeadBytes;
+}
+
+/// The upper half of a staging tag: count (20 bits: a staged call has at most 2^19 elements of
+/// 2 bytes or more), dtype, op and kind (3 bits each) and the seq's low 3 bits.
+inline std::uint32_t flat_stage_identity_bits(const CollectiveCall& call) {
+  static_assert(kFlatStageBytes / 2 < (1u << 20), "count must fit 20 bits");
+  return static_cast<std::uint32_t>(call.count) |
+         (static_cast<std::uint32_t>(call.dtype) & 7u) << 20 |
+         (static_cast<std::uint32_t>(call.op) & 7u) << 23 |
+         (static_cast<std::uint32_t>(call.kind) & 7u) << 26 |
+         (static_cast<std::uint32_t>(call.seq) & 7u) << 29;
+}
+
 /// The envelope a flat call is compared by (check_frame): kind, dtype, op, count and seq of the
 /// call, algorithm flat, step 0, no payload.
 inline FrameHeader flat_envelope(const CollectiveCall& call) {

@@ -56,11 +56,12 @@ PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOp
   for (Link* l : links_) {
     if (l == nullptr) continue;
     ++linked;
-    all = all && l->flat_slots().own != nullptr;
+    all = all && l->flat_slots().own != nullptr && l->flat_slots().own_stage != nullptr;
   }
   if (!all || linked + 1 != static_cast<int>(links_.size())) return;
   flat_peer_.assign(links_.size(), nullptr);
   flat_peer_bell_.assign(links_.size(), nullptr);
+  flat_peer_stage_.assign(links_.size(), nullptr);
   for (std::size_t q = 0; q < links_.size(); ++q) {
     if (links_[q] == nullptr) continue;
     const FlatSlots f = links_[q]->flat_slots();
@@ -68,8 +69,10 @@ PlanRunner::PlanRunner(std::vector<Link*> links, ControlPlane* control, RunnerOp
     flat_bell_ = f.own_bell;
     flat_peer_[q] = f.peer;
     flat_peer_bell_[q] = f.peer_bell;
+    flat_own_stage_ = f.own_stage;
+    flat_peer_stage_[q] = f.peer_stage;
   }
-  flat_scratch_.assign(kFlatPayloadBytes, 0);
+  flat_scratch_.assign(std::max(kFlatPayloadBytes, kFlatBlockBytes), 0);
 }
 
 Link& PlanRunner::link_to(int peer, const ErrorContext& ctx) {

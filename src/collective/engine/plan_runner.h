@@ -7,7 +7,9 @@
 // plane, so an abort or the death of the peer it waits for interrupts it. It never allocates.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "collective/engine/control_plane.h"
@@ -16,7 +18,8 @@
 
 namespace mwms::collective {
 
-struct FlatLine;  // engine/flat_slots.h
+struct FlatLine;      // engine/flat_slots.h
+struct FlatIdentity;  // engine/flat_slots.h
 
 struct RunnerOptions {
   std::size_t chunk_bytes = 256 << 10;  // reduce granularity (multiple of 64)
@@ -71,15 +74,23 @@ class PlanRunner {
   // Throws CollectiveMismatchError if a peer finalized before `seq` (Note [finalize]).
   void throw_if_finalized(std::uint64_t seq, const ErrorContext& ctx) const;
   // engine/flat_runner.cc
+  void flat_in_lines(const CollectiveCall& call, char* buffer, std::uint32_t k,
+                     const FrameHeader& expect, State& st, const ErrorContext& ctx);
+  void flat_staged(const CollectiveCall& call, char* buffer, std::uint32_t k,
+                   const FrameHeader& expect, State& st, const ErrorContext& ctx);
   void publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
                     std::uint32_t k, std::uint64_t tag);
+  void ring_flat_peers() noexcept;
   const FlatLine* await_flat(int peer, std::uint32_t k, std::uint64_t tag, std::size_t lines,
                              const FrameHeader& expect, State& st, const ErrorContext& ctx);
   static void gather_flat(const FlatLine* lines, std::size_t bytes, char* out);
-  void wait_flat(int peer, const FlatLine* line, std::uint32_t k, const FrameHeader& expect,
-                 State& st, const ErrorContext& ctx);
-  void check_frames_of_unpublished(std::uint32_t k, const FrameHeader& expect,
-                                   const ErrorContext& ctx);
+  void await_tag(int peer, const std::atomic<std::uint64_t>& t, const FlatIdentity& id,
+                 std::uint32_t k, std::uint64_t tag, const FrameHeader& expect, State& st,
+                 const ErrorContext& ctx);
+  void wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::uint32_t k,
+                 const FrameHeader& expect, State& st, const ErrorContext& ctx);
+  bool flat_published(std::size_t p, std::uint32_t k, FrameHeader* got) const;
+  void check_flat_call(std::uint32_t k, const FrameHeader& expect, const ErrorContext& ctx);
   void check_flat_peers(const FrameHeader& expect, const ErrorContext& ctx);
   [[noreturn]] void throw_flat_mismatch(int peer, const FrameHeader& expect, const FrameHeader& got,
                                         const ErrorContext& ctx);
@@ -94,9 +105,13 @@ class PlanRunner {
   char* flat_own_ = nullptr;
   Doorbell* flat_bell_ = nullptr;
   std::vector<const char*> flat_peer_;
+  char* flat_own_stage_ = nullptr;  // Note [flat staging]
+  std::vector<const char*> flat_peer_stage_;
   std::vector<Doorbell*> flat_peer_bell_;
   std::uint32_t flat_index_ = 0;
-  std::vector<char> flat_scratch_;  // a peer's contribution, gathered (Note [flat lines])
+  // A peer's contribution, gathered (Note [flat lines]); a block of partial sums (Note [flat
+  // staging]).
+  std::vector<char> flat_scratch_;
 };
 
 }  // namespace mwms::collective

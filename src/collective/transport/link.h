@@ -32,8 +32,9 @@ namespace mwms::collective {
 struct Doorbell;  // transport/ring_link.h
 
 // Note [flat slots]: a link between two ranks whose memory both can map (shared memory, the
-// in-memory transport) offers each rank a flat area of kFlatAreaBytes (collective/flat_layout.h)
-// that only its owner writes and every peer reads: the flat all-reduce's slots. The transport
+// in-memory transport) offers each rank a flat area of kFlatAreaBytes and a staging area of
+// kFlatStageAreaBytes (collective/flat_layout.h) that only its owner writes and every peer
+// reads: the flat all-reduce's slots. The transport
 // only provides them, zeroed at creation and mapped by both ends; the engine lays them out
 // (engine/flat_slots.h).
 /// The flat areas of a link's two ranks (Note [flat slots]): this rank's, which only this rank
@@ -41,6 +42,8 @@ struct Doorbell;  // transport/ring_link.h
 struct FlatSlots {
   char* own = nullptr;
   const char* peer = nullptr;
+  char* own_stage = nullptr;      // the staging areas (kFlatStageAreaBytes, Note [flat staging])
+  const char* peer_stage = nullptr;
   Doorbell* own_bell = nullptr;   // this rank sleeps on it (Note [doorbell], ring_link.h)
   Doorbell* peer_bell = nullptr;  // rung after this rank publishes into its own area
 };

@@ -50,9 +50,11 @@ RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorb
 }
 
 RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
-                   Doorbell* peer_bell, char* own_flat, const char* peer_flat)
+                   Doorbell* peer_bell, FlatSlots flat)
     : RingLink(peer, caps, tx, rx, own, peer_bell) {
-  flat_ = FlatSlots{own_flat, peer_flat, own, peer_bell};
+  flat_ = flat;
+  flat_.own_bell = own;
+  flat_.peer_bell = peer_bell;
 }
 
 void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }

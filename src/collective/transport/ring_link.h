@@ -49,10 +49,10 @@ class RingLink final : public Link {
   /// rank's doorbell, `peer_bell` the peer's. All memory outlives the link.
   RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
            Doorbell* peer_bell);
-  /// As above, with the two ranks' flat areas (Note [flat slots], link.h; kFlatAreaBytes each,
-  /// 64-byte aligned, outliving the link); their doorbells are `own` and `peer_bell`.
+  /// As above, with the two ranks' flat and staging areas (Note [flat slots], link.h; 64-byte
+  /// aligned, outliving the link); flat.own_bell and flat.peer_bell are set to `own`, `peer_bell`.
   RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorbell* own,
-           Doorbell* peer_bell, char* own_flat, const char* peer_flat);
+           Doorbell* peer_bell, FlatSlots flat);
 
   const TransportCaps& caps() const noexcept override { return caps_; }
   int peer() const noexcept override { return peer_; }

@@ -177,8 +177,9 @@ TEST_CASE("every all-reduce algorithm, dtype and op on 1..8 threaded ranks", "[u
   }
 }
 
-// Note [flat all-reduce]: every count that fits a flat set, on either side of a line boundary
-// (Note [flat lines]: 56 bytes a line), and calls in a row, so that both sets are reused.
+// Note [flat all-reduce]: counts on either side of a line boundary (Note [flat lines]: 56 bytes a
+// line) and of the lines' limit, staged ones up to a whole set, and calls in a row, so that both
+// sets of each protocol are reused.
 TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[unit]") {
   for (int n = 1; n <= 8; ++n) {
     INFO("world size " << n);
@@ -192,9 +193,14 @@ TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[
       for (DataType t : kAllDtypes) {
         const std::size_t esize = mwms::dtype_size(t);
         const std::size_t most = mc::kFlatPayloadBytes / esize;
+        // Staged (Note [flat staging]) above the lines: the first staged count, one whose
+        // segments are uneven (4099 elements over n ranks) and the largest set.
         for (std::size_t count : {std::size_t{0}, std::size_t{1}, 56 / esize - 1, 56 / esize,
-                                  56 / esize + 1, std::size_t{1000} / esize, most}) {
+                                  56 / esize + 1, std::size_t{1000} / esize, most, most + 1,
+                                  std::size_t{4099}, mc::kFlatStageBytes / esize}) {
           for (ReduceOp op : kAllOps) {
+            const bool staged = count * esize > mc::kFlatPayloadBytes;
+            if (staged && op != ReduceOp::kSum && op != ReduceOp::kMean && count > 4099) continue;
             fill_input(buf, st.rank, count, t, op);
             fill_expected(want, st.world_size, 0, count, t, op);
             st.run(mc::flat_all_reduce(), mc::CollectiveKind::kAllReduce, t, op, count, -1,
@@ -210,16 +216,19 @@ TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[
 // Note [flat mismatch]: ranks in different calls fail with CollectiveMismatchError, whether both
 // are flat (their tags differ) or one runs a plan (it finds the other's slot, the other its frame).
 TEST_CASE("a flat all-reduce beside another call: a mismatch on both threaded ranks", "[unit]") {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     INFO("variant " << variant);
     std::vector<std::string> caught(2);
     run_world(2, 1 << 16, 4096, [&](RankState& st) {
-      std::vector<float> buf(1000, 1.0f);
+      std::vector<float> buf(100000, 1.0f);
       const mc::Algorithm& other =
           variant == 2 ? mc::recursive_doubling_all_reduce() : mc::flat_all_reduce();
       const bool flat_side = st.rank == 0;
-      // 0: counts 4 and 8; 1: dtypes differ; 2: flat against recursive doubling.
-      const std::size_t count = flat_side || variant == 1 ? 4 : variant == 0 ? 8 : 1000;
+      // 0: counts 4 and 8; 1: dtypes differ; 2: flat against recursive doubling; 3: lines
+      // against staged (Note [flat staging]); 4: two staged counts.
+      const std::size_t counts[] = {8, 4, 1000, 100000, 99999};
+      std::size_t count = flat_side || variant == 1 ? 4 : counts[variant];
+      if (flat_side && variant == 4) count = 100000;
       const DataType t = !flat_side && variant == 1 ? DataType::kInt32 : DataType::kFloat32;
       try {
         st.run(flat_side ? mc::flat_all_reduce() : other, mc::CollectiveKind::kAllReduce, t,
@@ -261,15 +270,25 @@ TEST_CASE("the selector takes the flat all-reduce over shared memory up to its l
   in.topology.world_size = 4;
   in.topology.links = mc::find_transport("tcp")->tuning;  // no flat slots
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
+  in.topology.links = mc::find_transport("shm")->tuning;  // more ranks than cores: staged too
+  in.topology.ranks_exceed_cores = true;
+  in.bytes = mc::kFlatStageBytes;
+  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
+  in.bytes = mc::kFlatStageBytes + 4;
+  CHECK(mc::select_algorithm(in, opts).algorithm != &mc::flat_all_reduce());
+  in.topology.ranks_exceed_cores = false;
+  in.bytes = 4;
+  in.topology.links = mc::find_transport("tcp")->tuning;
   opts.forced = "flat";
   REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts), Catch::Matchers::Contains("no flat slots"));
   in.topology.links = mc::find_transport("mem")->tuning;  // slots, never chosen unforced
-  in.bytes = mc::kFlatPayloadBytes + 4;
+  in.bytes = mc::kFlatStageBytes + 4;
   REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
-                      Catch::Matchers::Contains("larger than a flat slot"));
-  in.bytes = mc::kFlatPayloadBytes;
+                      Catch::Matchers::Contains("larger than a flat staging set"));
+  in.bytes = mc::kFlatStageBytes;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
   opts.forced = "";
+  in.bytes = 4;
   CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
 }
 

@@ -36,12 +36,21 @@ MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
     p = std::make_unique<Pair>();
     p->data = static_cast<char*>(std::aligned_alloc(64, ring_bytes));
   }
-  MWMS_CHECK(flat_ != nullptr, "no memory for the flat areas");
-  std::memset(flat_, 0,
-              kFlatAreaBytes * static_cast<std::size_t>(world_size));  // Note [flat slots]
+  // Note [flat slots]: zeroed flat areas; of the staging areas only the heads (tags) need zeros,
+  // so the data pages stay untouched until a staged call uses them.
+  const std::size_t n = static_cast<std::size_t>(world_size);
+  stage_ = static_cast<char*>(std::aligned_alloc(4096, kFlatStageAreaBytes * n));
+  MWMS_CHECK(flat_ != nullptr && stage_ != nullptr, "no memory for the flat areas");
+  std::memset(flat_, 0, kFlatAreaBytes * n);
+  for (std::size_t set = 0; set < 2 * n; ++set) {
+    std::memset(stage_ + set * kFlatStageSetBytes, 0, kFlatStageHeadBytes);
+  }
 }
 
-MemFabric::~MemFabric() { std::free(flat_); }
+MemFabric::~MemFabric() {
+  std::free(flat_);
+  std::free(stage_);
+}
 
 std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(world_size_));
@@ -56,8 +65,10 @@ std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
     links[static_cast<std::size_t>(peer)] = std::make_unique<RingLink>(
         peer, caps, ByteRing{&out.control, out.data, ring_bytes_},
         ByteRing{&in.control, in.data, ring_bytes_}, &bells_[rank], &bells_[peer],
-        flat_ + static_cast<std::size_t>(rank) * kFlatAreaBytes,
-        flat_ + static_cast<std::size_t>(peer) * kFlatAreaBytes);
+        FlatSlots{flat_ + static_cast<std::size_t>(rank) * kFlatAreaBytes,
+                  flat_ + static_cast<std::size_t>(peer) * kFlatAreaBytes,
+                  stage_ + static_cast<std::size_t>(rank) * kFlatStageAreaBytes,
+                  stage_ + static_cast<std::size_t>(peer) * kFlatStageAreaBytes});
   }
   return links;
 }

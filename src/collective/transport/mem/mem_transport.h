@@ -32,7 +32,8 @@ class MemFabric {
   std::size_t ring_bytes_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // [from * n + to]
   std::unique_ptr<Doorbell[]> bells_;
-  char* flat_ = nullptr;  // kFlatAreaBytes per rank (Note [flat slots])
+  char* flat_ = nullptr;   // kFlatAreaBytes per rank (Note [flat slots])
+  char* stage_ = nullptr;  // kFlatStageAreaBytes per rank
 };
 
 /// The table's row (transport/registry.cc): ranks that are threads of one process (their "mem"

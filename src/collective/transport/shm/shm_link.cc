@@ -13,6 +13,8 @@ ShmLink::ShmLink(int rank, int peer, TransportCaps caps, std::shared_ptr<ShmSegm
       // tx: the peer's inbound ring for this rank (we are its only producer); rx: ours from the
       // peer. We sleep on our own doorbell and ring the peer's (Note [doorbell], ring_link.h).
       ring_(peer, caps, peer_segment_->inbound(rank), own_->inbound(peer), own_->doorbell(),
-            peer_segment_->doorbell(), own_->flat_area(), peer_segment_->flat_area()) {}
+            peer_segment_->doorbell(),
+            FlatSlots{own_->flat_area(), peer_segment_->flat_area(), own_->stage_area(),
+                      peer_segment_->stage_area()}) {}
 
 }  // namespace mwms::collective

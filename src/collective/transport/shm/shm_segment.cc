@@ -61,8 +61,9 @@ std::uint64_t fnv1a(const std::string& s) {
 }
 
 // The header page and the flat area (Note [flat slots]): allocated and mapped at creation.
-constexpr std::size_t kFrontBytes = kPage + kFlatAreaBytes;
-static_assert(kFlatAreaBytes % kPage == 0, "the rings' slots must stay page aligned");
+constexpr std::size_t kFrontBytes = kPage + kFlatAreaBytes + kFlatStageAreaBytes;
+static_assert(kFlatAreaBytes % kPage == 0 && kFlatStageAreaBytes % kPage == 0,
+              "the rings' slots must stay page aligned");
 
 std::size_t total_bytes(int world_size, std::size_t ring_bytes) {
   return kFrontBytes + static_cast<std::size_t>(world_size) * shm_slot_bytes(ring_bytes);
@@ -199,7 +200,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
   if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
   s->base_ = static_cast<char*>(p);
-  // Note [shm prefault]: the flat area's first small all-reduce must not take page faults.
+  // Note [shm prefault]: the flat all-reduce's first calls must not take page faults.
   rc = prefault(s->base_, kFrontBytes);
   if (rc != 0) throw_os("mapping the header page and flat area", rc);
   random_nonce(s->nonce_);
@@ -274,8 +275,8 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
   s->base_ = static_cast<char*>(p);
   // Note [shm prefault]: this rank reads the owner's flat area (Note [flat slots]) from its first
   // small all-reduce on.
-  const int rc = prefault(s->base_ + kPage, kFlatAreaBytes);
-  if (rc != 0) throw_os("mapping the peer's flat area", rc);
+  const int rc = prefault(s->base_ + kPage, kFlatAreaBytes + kFlatStageAreaBytes);
+  if (rc != 0) throw_os("mapping the peer's flat and staging areas", rc);
   return s;
 }
 
@@ -302,6 +303,7 @@ Doorbell* ShmSegment::doorbell() const {
 }
 
 char* ShmSegment::flat_area() const { return base_ + kPage; }
+char* ShmSegment::stage_area() const { return base_ + kPage + kFlatAreaBytes; }
 
 // Memory this host can give shared memory: MemAvailable, capped by the memory cgroup's headroom
 // (cgroup v2) when there is one. 0 when unknown.

@@ -14,6 +14,7 @@
 //
 //   [header page: SegmentHeader, Doorbell at kDoorbellOffset]
 //   [flat area: kFlatAreaBytes, written by the owner only (Note [flat slots], link.h)]
+//   [staging area: kFlatStageAreaBytes, written by the owner only (Note [flat staging])]
 //   [slot 0: ByteRingControl page | data, ring_bytes] ... [slot world_size - 1]
 //
 // The file is sized (ftruncate) for world_size slots but is sparse: only the slots of senders on
@@ -69,6 +70,9 @@ class ShmSegment {
   /// The owner's flat area (Note [flat slots], link.h): kFlatAreaBytes, page aligned, allocated
   /// and mapped with the header page.
   char* flat_area() const;
+  /// The owner's staging area (Note [flat staging], engine/flat_runner.cc): kFlatStageAreaBytes
+  /// after the flat area, allocated and mapped with it.
+  char* stage_area() const;
   /// Capacity of each inbound ring.
   std::size_t ring_bytes() const noexcept { return ring_bytes_; }
   /// Bytes of the whole (sparse) segment.

@@ -127,8 +127,12 @@ void shm_descriptors(common::DescriptorBudget& budget) { ++budget.shm_peers; }
 // Rabenseifner from a few hundred KiB (n = 4, 2 cores; docs/algorithms.md). Every shm link
 // offers the flat slots (Note [flat slots]), which beat recursive doubling up to
 // kShmFlatMaxBytes (Note [flat all-reduce] in algorithms/flat_all_reduce.cc).
+// With more ranks than cores, where each of the ring's or Rabenseifner's hand-offs may wait for
+// the scheduler, its two hand-offs win up to its 1 MiB sets (n = 4 on 2 cores, 8 KiB - 1 MiB:
+// 1.1-1.6x the selector's choice before; Note [flat staging] in engine/flat_runner.cc).
 constexpr std::size_t kShmFlatMaxBytes = 2048;
-constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true, true, kShmFlatMaxBytes};
+constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true, true, kShmFlatMaxBytes,
+                                kFlatStageBytes};
 
 }  // namespace
 
