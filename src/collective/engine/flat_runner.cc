@@ -162,13 +162,15 @@ void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint
   head->contributed.store(tag, std::memory_order_seq_cst);  // before the sleepers' loads
   ring_flat_peers();
   auto data_of = [&](int q) -> const char* {
-    return q == call.rank ? mine : flat_stage_data(flat_peer_stage_[static_cast<std::size_t>(q)], k);
+    return q == call.rank ? mine
+                          : flat_stage_data(flat_peer_stage_[static_cast<std::size_t>(q)], k);
   };
   auto head_of = [&](int q) {
     return flat_stage_head(flat_peer_stage_[static_cast<std::size_t>(q)], k);
   };
   for (int q = 0; q < n; ++q) {
-    if (q != call.rank) await_tag(q, head_of(q)->contributed, head_of(q)->identity, k, tag, expect, st, ctx);
+    if (q != call.rank)
+      await_tag(q, head_of(q)->contributed, head_of(q)->identity, k, tag, expect, st, ctx);
   }
   ++st.progress;
   const Segment seg = ring_segment(call.count, n, call.rank);
@@ -199,8 +201,8 @@ void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint
 // Waits until `t` (of `peer`, whose call is described by `id`) carries call k; another identity
 // with the same k is a mismatch.
 void PlanRunner::await_tag(int peer, const std::atomic<std::uint64_t>& t, const FlatIdentity& id,
-                           std::uint32_t k, std::uint64_t tag, const FrameHeader& expect,
-                           State& st, const ErrorContext& ctx) {
+                           std::uint32_t k, std::uint64_t tag, const FrameHeader& expect, State& st,
+                           const ErrorContext& ctx) {
   std::uint64_t v;
   while (static_cast<std::uint32_t>(v = t.load(std::memory_order_acquire)) != k) {
     wait_flat(peer, t, k, expect, st, ctx);

@@ -42,7 +42,7 @@ struct Doorbell;  // transport/ring_link.h
 struct FlatSlots {
   char* own = nullptr;
   const char* peer = nullptr;
-  char* own_stage = nullptr;      // the staging areas (kFlatStageAreaBytes, Note [flat staging])
+  char* own_stage = nullptr;  // the staging areas (kFlatStageAreaBytes, Note [flat staging])
   const char* peer_stage = nullptr;
   Doorbell* own_bell = nullptr;   // this rank sleeps on it (Note [doorbell], ring_link.h)
   Doorbell* peer_bell = nullptr;  // rung after this rank publishes into its own area

@@ -131,8 +131,7 @@ void shm_descriptors(common::DescriptorBudget& budget) { ++budget.shm_peers; }
 // the scheduler, its two hand-offs win up to its 1 MiB sets (n = 4 on 2 cores, 8 KiB - 1 MiB:
 // 1.1-1.6x the selector's choice before; Note [flat staging] in engine/flat_runner.cc).
 constexpr std::size_t kShmFlatMaxBytes = 2048;
-constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true, true, kShmFlatMaxBytes,
-                                kFlatStageBytes};
+constexpr LinkTuning kShmTuning{8192, 256 << 10, 0, true, true, kShmFlatMaxBytes, kFlatStageBytes};
 
 }  // namespace
 
