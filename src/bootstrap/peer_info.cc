@@ -127,10 +127,14 @@ void assign_local_ranks(std::vector<PeerInfo>* peers) {
 }
 
 json to_json(const PeerInfo& p) {
-  return json{{"rank", p.rank},           {"address", p.address},
-              {"host_id", p.host_id},     {"transport", p.transport},
-              {"blobs", p.blobs},         {"process", p.process},
-              {"fd_headroom", p.fd_headroom}};
+  return json{{"rank", p.rank},
+              {"address", p.address},
+              {"host_id", p.host_id},
+              {"transport", p.transport},
+              {"blobs", p.blobs},
+              {"process", p.process},
+              {"fd_headroom", p.fd_headroom},
+              {"online_cores", p.online_cores}};
 }
 
 bool from_json(const json& j, PeerInfo* out, std::string* why) noexcept {
@@ -166,6 +170,14 @@ bool from_json(const json& j, PeerInfo* out, std::string* why) noexcept {
         return false;
       }
       p.fd_headroom = static_cast<long>(h.get<long long>());
+    }
+    if (j.contains("online_cores")) {  // optional: what the selector's topology reads
+      const json& c = j["online_cores"];
+      if (!c.is_number_integer() || c.get<long long>() < 0 || c.get<long long>() > (1LL << 20)) {
+        *why = "peer info 'online_cores' is not an integer in [0, 2^20]";
+        return false;
+      }
+      p.online_cores = static_cast<int>(c.get<long long>());
     }
     if (!j.contains("blobs") || !j["blobs"].is_object() || j["blobs"].size() > kMaxBlobs) {
       *why = "peer info 'blobs' is not an object of at most " + std::to_string(kMaxBlobs);

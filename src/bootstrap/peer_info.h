@@ -26,6 +26,7 @@ struct PeerInfo {
   std::map<std::string, std::string> blobs;  // transport name -> opaque address (hex or text)
   std::string process;    // local_process_id() of the rank ("" when unknown): Note [dead process]
   long fd_headroom = -1;  // descriptors it may still open, -1 unknown: Note [descriptor budget]
+  int online_cores = 0;   // its host's online cores as it read them, 0 unknown (ranks_exceed_cores)
 };
 
 /// Identifies this host for "may these ranks share memory": the host name, the kernel's boot id

@@ -58,8 +58,18 @@ Topology topology_of(const std::vector<bootstrap::PeerInfo>& peers) {
     t.max_ranks_per_host = std::max(t.max_ranks_per_host, n);
     t.uniform_hosts = t.uniform_hosts && n == per_host.begin()->second;
   }
-  // Online cores, not this rank's affinity mask: every rank of a host reads the same number.
-  t.ranks_exceed_cores = t.max_ranks_per_host > std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  // From what every rank published (so every rank decides alike, even where ranks of one host
+  // read different counts: CPU hotplug, a per-container view): a host's cores are the fewest
+  // any of its ranks saw, and a rank that could not tell (0) says nothing.
+  std::map<std::string, int> cores;
+  for (const auto& p : peers) {
+    if (p.online_cores <= 0) continue;
+    auto [it, fresh] = cores.emplace(p.host_id, p.online_cores);
+    if (!fresh) it->second = std::min(it->second, p.online_cores);
+  }
+  for (const auto& [host, c] : cores) {
+    t.ranks_exceed_cores = t.ranks_exceed_cores || per_host[host] > c;
+  }
   // Every rank must compute the same topology (the selector depends on it): look at every pair,
   // as choose_transports() decides it identically on every rank. Links of one transport give its
   // thresholds; a mix (shared memory inside hosts, TCP between them) the selector's defaults.
@@ -302,6 +312,7 @@ ConnectedJob connect_job(const ResolvedCluster& cluster, const CommunicatorOptio
   LocalTransports local;
   if (!alone) local = offer_transports(s.transport, topts, mine);
   mine.fd_headroom = alone ? -1 : common::descriptor_headroom();  // Note [descriptor budget]
+  mine.online_cores = static_cast<int>(std::clamp(::sysconf(_SC_NPROCESSORS_ONLN), 0L, 1L << 20));
   bootstrap::RendezvousResult rv = bootstrap::rendezvous(cluster, s.connect_timeout, mine);
   // Without a launcher's local rank, the host ids of the exchange give it.
   if (rv.cluster.source != ClusterSource::kMpi && !rv.peers.empty()) {

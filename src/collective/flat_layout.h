@@ -10,11 +10,11 @@ namespace mwms::collective {
 /// Bytes of each rank's flat area: two sets, one per parity of the call number.
 constexpr std::size_t kFlatAreaBytes = 16384;
 constexpr std::size_t kFlatSetBytes = kFlatAreaBytes / 2;
-/// A set is an identity line and data lines of 56 bytes of payload and an 8-byte tag.
+/// A set is an identity line and data lines of 48 bytes of payload and a 16-byte tag.
 constexpr std::size_t kFlatLineBytes = 64;
-constexpr std::size_t kFlatLineData = 56;  // a multiple of every element size
+constexpr std::size_t kFlatLineData = 48;  // a multiple of every element size
 constexpr std::size_t kFlatLines = kFlatSetBytes / kFlatLineBytes - 1;
-/// The largest flat all-reduce in lines, in bytes (7112); larger ones are staged.
+/// The largest flat all-reduce in lines, in bytes (6096); larger ones are staged.
 constexpr std::size_t kFlatPayloadBytes = kFlatLines * kFlatLineData;
 
 /// Note [flat staging]: each rank's staging area, two sets of a head page (two tags on lines of

@@ -31,10 +31,8 @@ struct Topology {
   int num_hosts = 1;
   int max_ranks_per_host = 1;
   bool uniform_hosts = true;    // every host has the same number of ranks
-  // A host runs more ranks than it has online cores, so every hand-off between ranks may wait
-  // for the scheduler. From each rank's own host: the same on every rank of a one-host world,
-  // which is the only world whose choice depends on it (the flat all-reduce needs every pair on
-  // shared memory).
+  // A host runs more ranks than it has online cores (as its ranks published them, PeerInfo), so
+  // every hand-off between ranks may wait for the scheduler.
   bool ranks_exceed_cores = false;
   // The selector's thresholds over the communicator's links: their transport's when every link
   // has the same, the defaults when they differ (shared memory inside hosts, TCP between them).

@@ -19,8 +19,10 @@
 // their slow path (after MWMS_SPIN_MICROSECONDS without progress) and report the two calls with
 // check_frame, as two plans would be:
 //   - a rank waiting in flat call k compares the identity of every peer that published k (in
-//     either protocol) with its own, and reads the envelope of a frame sent to it by any peer
-//     that has not published k: that peer cannot be past this call, so the frame is another call;
+//     either protocol) with its own, and peeks (Link::peek_envelope, nothing consumed) at the
+//     envelope of a frame waiting from any peer that has not published k; if the peer still
+//     has not published k after the peek, the frame is of another call (a peer that published k
+//     and went on stored its tag before that frame's bytes, so the second look sees it);
 //   - a rank waiting in a plan reads every peer's next flat call: one published with this seq
 //     (or an earlier one) is another call. A peer that published a later seq has finished this
 //     collective, and its last bytes are on the links.
@@ -56,7 +58,7 @@ void PlanRunner::run_flat(const CollectiveCall& call, char* buffer, double timeo
   MWMS_CHECK(flat_own_ != nullptr && bytes <= kFlatStageBytes &&
                  static_cast<std::size_t>(call.world_size) == links_.size(),
              "flat all-reduce over links without flat slots");
-  const std::uint32_t k = ++flat_index_;
+  const std::uint64_t k = ++flat_index_;
   const FrameHeader expect = flat_envelope(call);
   State st;
   st.timeout = timeout_seconds;
@@ -73,16 +75,16 @@ void PlanRunner::run_flat(const CollectiveCall& call, char* buffer, double timeo
 }
 
 // Note [flat lines].
-void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::uint32_t k,
+void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::uint64_t k,
                                const FrameHeader& expect, State& st, const ErrorContext& ctx) {
   const std::size_t bytes = call.count * dtype_size(call.dtype);
-  const std::uint64_t tag = k | static_cast<std::uint64_t>(flat_identity_bits(call)) << 32;
+  const std::uint64_t ident = flat_identity_word(call);
   const std::size_t lines = flat_line_count(bytes);
-  publish_flat(call, buffer, bytes, k, tag);
+  publish_flat(call, buffer, bytes, k, ident);
   // Rank order, whatever the arrival order: every rank computes the same bits (as gather does).
   for (int q = 0; q < call.world_size; ++q) {
     const FlatLine* l =
-        q == call.rank ? flat_lines(flat_own_, k) : await_flat(q, k, tag, lines, expect, st, ctx);
+        q == call.rank ? flat_lines(flat_own_, k) : await_flat(q, k, ident, lines, expect, st, ctx);
     if (q == 0) {
       if (q != call.rank) gather_flat(l, bytes, buffer);  // rank 0's buffer holds it already
       continue;
@@ -99,7 +101,7 @@ void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::ui
 
 // The identity line, then each data line's bytes and its tag (Note [flat lines]).
 void PlanRunner::publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
-                              std::uint32_t k, std::uint64_t tag) {
+                              std::uint64_t k, std::uint64_t ident) {
   write_identity(*flat_identity(flat_own_, k), call);
   FlatLine* l = flat_lines(flat_own_, k);
   const std::size_t lines = flat_line_count(bytes);
@@ -113,7 +115,7 @@ void PlanRunner::publish_flat(const CollectiveCall& call, const char* buffer, st
     }
     // The last one seq_cst: before doorbell_ring()'s loads of the peers' sleepers (Note
     // [doorbell]).
-    l[j].tag.store(tag, j + 1 == lines ? std::memory_order_seq_cst : std::memory_order_release);
+    flat_publish(l[j].tag, ident, k, j + 1 == lines);
   }
   ring_flat_peers();
 }
@@ -126,7 +128,7 @@ void PlanRunner::ring_flat_peers() noexcept {
 
 // The data lines of `peer` for flat call k once every one carries its tag; a tag of another
 // call (the same k, another identity) is a mismatch.
-const FlatLine* PlanRunner::await_flat(int peer, std::uint32_t k, std::uint64_t tag,
+const FlatLine* PlanRunner::await_flat(int peer, std::uint64_t k, std::uint64_t ident,
                                        std::size_t lines, const FrameHeader& expect, State& st,
                                        const ErrorContext& ctx) {
   const char* area = flat_peer_[static_cast<std::size_t>(peer)];
@@ -135,7 +137,7 @@ const FlatLine* PlanRunner::await_flat(int peer, std::uint32_t k, std::uint64_t 
   // others are too, and this rank does not pull lines away from a writer still filling them.
   for (std::size_t i = 0; i < lines; ++i) {
     const std::size_t j = i == 0 ? lines - 1 : i - 1;
-    await_tag(peer, l[j].tag, *flat_identity(area, k), k, tag, expect, st, ctx);
+    await_tag(peer, l[j].tag, *flat_identity(area, k), k, ident, expect, st, ctx);
   }
   ++st.progress;
   return l;
@@ -150,16 +152,16 @@ void PlanRunner::gather_flat(const FlatLine* lines, std::size_t bytes, char* out
 }
 
 // Note [flat staging].
-void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint32_t k,
+void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint64_t k,
                              const FrameHeader& expect, State& st, const ErrorContext& ctx) {
   const std::size_t esize = dtype_size(call.dtype);
   const int n = call.world_size;
-  const std::uint64_t tag = k | static_cast<std::uint64_t>(flat_stage_identity_bits(call)) << 32;
+  const std::uint64_t ident = flat_identity_word(call);
   FlatStageHead* head = flat_stage_head(flat_own_stage_, k);
   char* mine = flat_stage_data(flat_own_stage_, k);
   write_identity(head->identity, call);
   std::memcpy(mine, buffer, call.count * esize);
-  head->contributed.store(tag, std::memory_order_seq_cst);  // before the sleepers' loads
+  flat_publish(head->contributed, ident, k, true);
   ring_flat_peers();
   auto data_of = [&](int q) -> const char* {
     return q == call.rank ? mine
@@ -170,7 +172,7 @@ void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint
   };
   for (int q = 0; q < n; ++q) {
     if (q == call.rank) continue;
-    await_tag(q, head_of(q)->contributed, head_of(q)->identity, k, tag, expect, st, ctx);
+    await_tag(q, head_of(q)->contributed, head_of(q)->identity, k, ident, expect, st, ctx);
   }
   ++st.progress;
   // Copying all of the buffer, this rank's segment too, measured no slower than copying only the
@@ -190,11 +192,11 @@ void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint
     std::memcpy(mine + off + b, acc, bl);
     std::memcpy(buffer + off + b, acc, bl);
   }
-  head->reduced.store(tag, std::memory_order_seq_cst);
+  flat_publish(head->reduced, ident, k, true);
   ring_flat_peers();
   for (int q = 0; q < n; ++q) {
     if (q == call.rank) continue;
-    await_tag(q, head_of(q)->reduced, head_of(q)->identity, k, tag, expect, st, ctx);
+    await_tag(q, head_of(q)->reduced, head_of(q)->identity, k, ident, expect, st, ctx);
     ++st.progress;
     const Segment s = ring_segment(call.count, n, q);
     std::memcpy(buffer + s.offset * esize, data_of(q) + s.offset * esize, s.count * esize);
@@ -203,20 +205,19 @@ void PlanRunner::flat_staged(const CollectiveCall& call, char* buffer, std::uint
 
 // Waits until `t` (of `peer`, whose call is described by `id`) carries call k; another identity
 // with the same k is a mismatch.
-void PlanRunner::await_tag(int peer, const std::atomic<std::uint64_t>& t, const FlatIdentity& id,
-                           std::uint32_t k, std::uint64_t tag, const FrameHeader& expect, State& st,
+void PlanRunner::await_tag(int peer, const FlatTag& t, const FlatIdentity& id, std::uint64_t k,
+                           std::uint64_t ident, const FrameHeader& expect, State& st,
                            const ErrorContext& ctx) {
-  std::uint64_t v;
-  while (static_cast<std::uint32_t>(v = t.load(std::memory_order_acquire)) != k) {
-    wait_flat(peer, t, k, expect, st, ctx);
+  while (t.k.load(std::memory_order_acquire) != k) wait_flat(peer, t, k, expect, st, ctx);
+  if (t.identity.load(std::memory_order_relaxed) != ident) {
+    throw_flat_mismatch(peer, expect, flat_envelope(id), ctx);
   }
-  if (v != tag) throw_flat_mismatch(peer, expect, flat_envelope(id), ctx);
 }
 
 // One round of waiting for `peer`'s tag `t`, as wait() is for a plan's links: spin (or yield),
 // then the slow path: mismatch, stall, deadline and peer checks, and a short sleep on the bell.
-void PlanRunner::wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::uint32_t k,
-                           const FrameHeader& expect, State& st, const ErrorContext& ctx) {
+void PlanRunner::wait_flat(int peer, const FlatTag& t, std::uint64_t k, const FrameHeader& expect,
+                           State& st, const ErrorContext& ctx) {
   if ((++st.spins & 15) != 0 || st.progress != st.progress_seen) {
     note_progress(st, ctx);
     relax();
@@ -236,7 +237,7 @@ void PlanRunner::wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::u
   // before it looks for sleepers, so one of the two sees the other.
   const std::uint32_t seen = flat_bell_->seq.load(std::memory_order_acquire);
   flat_bell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (static_cast<std::uint32_t>(t.load(std::memory_order_seq_cst)) != k) {
+  if (t.k.load(std::memory_order_seq_cst) != k) {
     doorbell_wait(flat_bell_, seen, std::min(left, 0.01));
   }
   flat_bell_->sleepers.fetch_sub(1, std::memory_order_relaxed);
@@ -245,14 +246,14 @@ void PlanRunner::wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::u
 }
 
 // Whether `p` published flat call k in either protocol, and the envelope of what it published.
-bool PlanRunner::flat_published(std::size_t p, std::uint32_t k, FrameHeader* got) const {
+bool PlanRunner::flat_published(std::size_t p, std::uint64_t k, FrameHeader* got) const {
   const FlatLine& line0 = flat_lines(flat_peer_[p], k)[0];
-  if (static_cast<std::uint32_t>(line0.tag.load(std::memory_order_acquire)) == k) {
+  if (line0.tag.k.load(std::memory_order_acquire) == k) {
     *got = flat_envelope(*flat_identity(flat_peer_[p], k));
     return true;
   }
   const FlatStageHead* head = flat_stage_head(flat_peer_stage_[p], k);
-  if (static_cast<std::uint32_t>(head->contributed.load(std::memory_order_acquire)) == k) {
+  if (head->contributed.k.load(std::memory_order_acquire) == k) {
     *got = flat_envelope(head->identity);
     return true;
   }
@@ -260,7 +261,7 @@ bool PlanRunner::flat_published(std::size_t p, std::uint32_t k, FrameHeader* got
 }
 
 // Note [flat mismatch], first half.
-void PlanRunner::check_flat_call(std::uint32_t k, const FrameHeader& expect,
+void PlanRunner::check_flat_call(std::uint64_t k, const FrameHeader& expect,
                                  const ErrorContext& ctx) {
   for (std::size_t p = 0; p < links_.size(); ++p) {
     if (flat_peer_[p] == nullptr) continue;
@@ -271,22 +272,18 @@ void PlanRunner::check_flat_call(std::uint32_t k, const FrameHeader& expect,
       }
       continue;  // in this call: it may be past it, its frames are not ours to read
     }
-    Link& link = *links_[p];
-    if (!link.moved_since_poll(false, true)) continue;
-    RecvSlot probe;  // envelope only: never accepted, so nothing lands
-    probe.start(nullptr, 0, false);
-    try {
-      link.poll_recv(probe);
-    } catch (const Error&) {
-      rethrow_link_error(static_cast<int>(p), ctx);
-    }
-    if (probe.header_arrived) throw_flat_mismatch(static_cast<int>(p), expect, probe.header, ctx);
+    FrameHeader frame;
+    if (!links_[p]->peek_envelope(&frame)) continue;
+    // The peer may have published k and gone on to the next collective since the look above: it
+    // stores its tag before its ring's head, so after this acquire of the head the tag shows.
+    if (flat_published(p, k, &got)) continue;
+    throw_flat_mismatch(static_cast<int>(p), expect, frame, ctx);
   }
 }
 
 // Note [flat mismatch], second half: called by wait() while a plan waits.
 void PlanRunner::check_flat_peers(const FrameHeader& expect, const ErrorContext& ctx) {
-  const std::uint32_t next = flat_index_ + 1;
+  const std::uint64_t next = flat_index_ + 1;
   for (std::size_t p = 0; p < flat_peer_.size(); ++p) {
     FrameHeader got;
     if (flat_peer_[p] == nullptr || !flat_published(p, next, &got)) continue;

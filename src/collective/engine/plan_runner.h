@@ -20,6 +20,7 @@ namespace mwms::collective {
 
 struct FlatLine;      // engine/flat_slots.h
 struct FlatIdentity;  // engine/flat_slots.h
+struct FlatTag;       // engine/flat_slots.h
 
 struct RunnerOptions {
   std::size_t chunk_bytes = 256 << 10;  // reduce granularity (multiple of 64)
@@ -44,10 +45,10 @@ class PlanRunner {
   void run(const Plan& plan, DataType dtype, ReduceOp op, int world_size, double timeout_seconds,
            const ErrorContext& ctx);
   /// Runs the flat all-reduce of `call` on `buffer` (in place; call.count elements, at most
-  /// kFlatPayloadBytes) over the links' flat slots (Note [flat all-reduce] in
-  /// algorithms/flat_all_reduce.cc), every link of the world offering them. Waits and fails like
-  /// run(); a peer in another call (its slot, or a frame on its link) is a
-  /// CollectiveMismatchError (Note [flat mismatch]).
+  /// kFlatStageBytes, in lines up to kFlatPayloadBytes and staged above) over the links' flat slots
+  /// (Note [flat all-reduce] in algorithms/flat_all_reduce.cc), every link of the world offering
+  /// them. Waits and fails like run(); a peer in another call (its slot, or a frame on its link) is
+  /// a CollectiveMismatchError (Note [flat mismatch]).
   void run_flat(const CollectiveCall& call, char* buffer, double timeout_seconds,
                 const ErrorContext& ctx);
   /// Whether every link offers flat slots (Note [flat slots]).
@@ -74,23 +75,23 @@ class PlanRunner {
   // Throws CollectiveMismatchError if a peer finalized before `seq` (Note [finalize]).
   void throw_if_finalized(std::uint64_t seq, const ErrorContext& ctx) const;
   // engine/flat_runner.cc
-  void flat_in_lines(const CollectiveCall& call, char* buffer, std::uint32_t k,
+  void flat_in_lines(const CollectiveCall& call, char* buffer, std::uint64_t k,
                      const FrameHeader& expect, State& st, const ErrorContext& ctx);
-  void flat_staged(const CollectiveCall& call, char* buffer, std::uint32_t k,
+  void flat_staged(const CollectiveCall& call, char* buffer, std::uint64_t k,
                    const FrameHeader& expect, State& st, const ErrorContext& ctx);
   void publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
-                    std::uint32_t k, std::uint64_t tag);
+                    std::uint64_t k, std::uint64_t ident);
   void ring_flat_peers() noexcept;
-  const FlatLine* await_flat(int peer, std::uint32_t k, std::uint64_t tag, std::size_t lines,
+  const FlatLine* await_flat(int peer, std::uint64_t k, std::uint64_t ident, std::size_t lines,
                              const FrameHeader& expect, State& st, const ErrorContext& ctx);
   static void gather_flat(const FlatLine* lines, std::size_t bytes, char* out);
-  void await_tag(int peer, const std::atomic<std::uint64_t>& t, const FlatIdentity& id,
-                 std::uint32_t k, std::uint64_t tag, const FrameHeader& expect, State& st,
+  void await_tag(int peer, const FlatTag& t, const FlatIdentity& id, std::uint64_t k,
+                 std::uint64_t ident, const FrameHeader& expect, State& st,
                  const ErrorContext& ctx);
-  void wait_flat(int peer, const std::atomic<std::uint64_t>& t, std::uint32_t k,
-                 const FrameHeader& expect, State& st, const ErrorContext& ctx);
-  bool flat_published(std::size_t p, std::uint32_t k, FrameHeader* got) const;
-  void check_flat_call(std::uint32_t k, const FrameHeader& expect, const ErrorContext& ctx);
+  void wait_flat(int peer, const FlatTag& t, std::uint64_t k, const FrameHeader& expect, State& st,
+                 const ErrorContext& ctx);
+  bool flat_published(std::size_t p, std::uint64_t k, FrameHeader* got) const;
+  void check_flat_call(std::uint64_t k, const FrameHeader& expect, const ErrorContext& ctx);
   void check_flat_peers(const FrameHeader& expect, const ErrorContext& ctx);
   [[noreturn]] void throw_flat_mismatch(int peer, const FrameHeader& expect, const FrameHeader& got,
                                         const ErrorContext& ctx);
@@ -108,7 +109,7 @@ class PlanRunner {
   char* flat_own_stage_ = nullptr;  // Note [flat staging]
   std::vector<const char*> flat_peer_stage_;
   std::vector<Doorbell*> flat_peer_bell_;
-  std::uint32_t flat_index_ = 0;
+  std::uint64_t flat_index_ = 0;  // never wraps: Note [flat lines]
   // A peer's contribution, gathered (Note [flat lines]); a block of partial sums (Note [flat
   // staging]).
   std::vector<char> flat_scratch_;

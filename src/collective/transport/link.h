@@ -163,6 +163,13 @@ class Link {
   /// Note [flat slots]: the two ranks' flat areas when both live in memory both ends map (shared
   /// memory, the in-memory transport), else all null. The same `own` on every link of a rank.
   virtual FlatSlots flat_slots() const noexcept { return {}; }
+  /// With flat_slots(), between messages: copies the envelope of the next message the peer sent,
+  /// if a whole one is there, into *out without consuming anything (Note [flat mismatch]);
+  /// false when none is (or the link cannot tell). Reads the producer's position with acquire.
+  virtual bool peek_envelope(FrameHeader* out) const noexcept {
+    (void)out;
+    return false;
+  }
 };
 
 /// One entry of wait_links(): a link and the direction(s) blocked on it.

@@ -33,8 +33,9 @@ void doorbell_wait(Doorbell* bell, std::uint32_t seen, double max_seconds) noexc
 
 void doorbell_ring(Doorbell* bell) noexcept {
   // Note [doorbell]: the caller's store was seq_cst (an xchg on x86, cheaper than a separate
-  // mfence), so this load cannot pass it.
-  if (bell->sleepers.load(std::memory_order_relaxed) == 0) return;
+  // mfence), so this load cannot pass it; seq_cst too, which is what the C++ model needs of
+  // the load in this store-then-load pattern (a plain mov on x86, a fence elsewhere).
+  if (bell->sleepers.load(std::memory_order_seq_cst) == 0) return;
   // Release: a sleeper that reads the new seq also sees the head or tail stored before it.
   bell->seq.fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell->seq), FUTEX_WAKE, INT_MAX,
@@ -58,6 +59,14 @@ RingLink::RingLink(int peer, TransportCaps caps, ByteRing tx, ByteRing rx, Doorb
 }
 
 void RingLink::ring_peer() noexcept { doorbell_ring(peer_bell_); }
+
+bool RingLink::peek_envelope(FrameHeader* out) const noexcept {
+  // As poll_recv() reads an envelope, minus every change: rx_next_ stays where it is.
+  const std::uint64_t head = rx_.control->head.load(std::memory_order_acquire);
+  if (head < rx_next_ || head - rx_next_ < kBlock) return false;
+  std::memcpy(out, rx_.data + rx_next_ % rx_.capacity, kHeader);
+  return true;
+}
 
 bool RingLink::poll_send(SendSlot& slot) {
   if (slot.done) return false;

@@ -64,6 +64,7 @@ class RingLink final : public Link {
   Doorbell* doorbell() const noexcept override { return own_; }
   bool moved_since_poll(bool for_send, bool for_recv) const noexcept override;
   FlatSlots flat_slots() const noexcept override { return flat_; }
+  bool peek_envelope(FrameHeader* out) const noexcept override;
 
  private:
   void ring_peer() noexcept;

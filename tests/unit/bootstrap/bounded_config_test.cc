@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap/json_text.h"
+#include "bootstrap/peer_info.h"
 #include "mwms/cluster.h"
 #include "mwms/errors.h"
 
@@ -260,4 +261,30 @@ TEST_CASE("mwms-doctor describes a ps task as a parameter server with its own ad
   CHECK(worker.status == 0);
   CHECK_THAT(worker.out, Contains("rank 1  worker 1  localhost:2224  <- this process"));
   CHECK_THAT(worker.out, Contains("a parameter-server job"));
+}
+
+// The online cores a rank publishes decide, on every rank alike, whether its host runs more
+// ranks than cores (Topology::ranks_exceed_cores): optional, an integer in [0, 2^20].
+TEST_CASE("peer info carries the host's online cores, optional and bounded",
+          "[unit][bootstrap][bounded]") {
+  mwms::bootstrap::PeerInfo p;
+  p.rank = 3;
+  p.address = "10.0.0.1:2222";
+  p.host_id = "h";
+  p.transport = "auto";
+  p.online_cores = 96;
+  nlohmann::json j = mwms::bootstrap::to_json(p);
+  mwms::bootstrap::PeerInfo back;
+  std::string why;
+  REQUIRE(mwms::bootstrap::from_json(j, &back, &why));
+  CHECK(back.online_cores == 96);
+  j.erase("online_cores");  // an older peer: unknown
+  REQUIRE(mwms::bootstrap::from_json(j, &back, &why));
+  CHECK(back.online_cores == 0);
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json((1LL << 20) + 1),
+                                    nlohmann::json("8"), nlohmann::json(2.5)}) {
+    j["online_cores"] = bad;
+    CHECK_FALSE(mwms::bootstrap::from_json(j, &back, &why));
+    CHECK_THAT(why, Contains("online_cores"));
+  }
 }

@@ -23,6 +23,7 @@
 #include "collective/transport/mem/mem_transport.h"
 #include "kernels/reduce.h"
 #include "mwms/errors.h"
+#include "support/threaded_world.h"
 #include "support/values.h"
 
 namespace {
@@ -34,115 +35,12 @@ using mwms::DataType;
 using mwms::ReduceOp;
 namespace mc = mwms::collective;
 
+using mwms::testing::fill_expected;
+using mwms::testing::fill_input;
 using mwms::testing::kAllDtypes;
 using mwms::testing::kAllOps;
-
-void fill_input(std::vector<char>& buf, int rank, std::size_t count, DataType t, ReduceOp op) {
-  buf.assign(count * mwms::dtype_size(t), 0);
-  for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(rank, i, op));
-}
-
-// The reduction over `n` ranks of elements [first, first + count), exact, stored in `t`.
-void fill_expected(std::vector<char>& buf, int n, std::size_t first, std::size_t count,
-                   DataType t, ReduceOp op) {
-  buf.assign(count * mwms::dtype_size(t), 0);
-  for (std::size_t i = 0; i < count; ++i) {
-    double acc = input_value(0, first + i, op);
-    for (int r = 1; r < n; ++r) {
-      const double v = input_value(r, first + i, op);
-      if (op == ReduceOp::kSum || op == ReduceOp::kMean) acc += v;
-      if (op == ReduceOp::kMin) acc = std::min(acc, v);
-      if (op == ReduceOp::kMax) acc = std::max(acc, v);
-      if (op == ReduceOp::kProd) acc *= v;
-    }
-    store(t, buf.data(), i, acc);
-  }
-  if (op == ReduceOp::kMean) mwms::kernels::scale_divide(buf.data(), count, t, n);
-}
-
-// One rank's side of the threaded world: a runner over its in-memory links, reusable scratch and
-// plan storage (as the engine backend keeps them), and the first mismatch it saw.
-struct RankState {
-  int rank = 0;
-  int world_size = 1;
-  mc::PlanRunner* runner = nullptr;
-  std::vector<char> scratch;
-  mc::Plan plan;
-  std::uint64_t seq = 0;
-  const mc::HostLayout* hosts = nullptr;  // for the hierarchical algorithm
-  std::string failure;
-
-  void run(const mc::Algorithm& algo, mc::CollectiveKind kind, DataType t, ReduceOp op,
-           std::size_t count, int root, mc::Buffers b) {
-    mc::CollectiveCall call{kind, t, op, count, root, seq++, rank, world_size,
-                            static_cast<std::uint8_t>(algo.id()), hosts};
-    if (algo.flat()) {  // Note [flat all-reduce]: the engine backend's dispatch
-      mwms::ErrorContext ctx;
-      ctx.rank = rank;
-      ctx.seq = static_cast<std::int64_t>(call.seq);
-      runner->run_flat(call, b.recv, /*timeout_seconds=*/60, ctx);
-      return;
-    }
-    const std::size_t need = algo.scratch_bytes(call);
-    if (scratch.size() < need) scratch.resize(need);
-    algo.plan(call, b, scratch.data(), &plan);
-    algo.stage(call, b, scratch.data());
-    mwms::ErrorContext ctx;
-    ctx.rank = rank;
-    ctx.seq = static_cast<std::int64_t>(call.seq);
-    runner->run(plan, t, op, world_size, /*timeout_seconds=*/60, ctx);
-    algo.finish(call, b, scratch.data());
-  }
-
-  void expect(const char* what, const mc::Algorithm& algo, DataType t, ReduceOp op,
-              std::size_t count, const char* got, const std::vector<char>& want) {
-    if (!failure.empty() || want.empty() || std::memcmp(got, want.data(), want.size()) == 0) {
-      return;
-    }
-    failure = std::string(what) + " " + std::string(algo.name()) + " world " +
-              std::to_string(world_size) + " rank " + std::to_string(rank) + " " +
-              std::string(mwms::to_string(t)) + " " + std::string(mwms::to_string(op)) +
-              " count " + std::to_string(count) + ": result differs from the exact reduction";
-  }
-};
-
-// Runs body(state) on `n` threads, one per rank, over a MemFabric with rings of `ring_bytes`.
-void run_world(int n, std::size_t ring_bytes, std::size_t chunk_bytes,
-               const std::function<void(RankState&)>& body) {
-  mc::MemFabric fabric(n, ring_bytes);
-  std::vector<std::vector<std::unique_ptr<mc::Link>>> links;
-  for (int r = 0; r < n; ++r) links.push_back(fabric.links_of(r));
-  std::vector<RankState> states(static_cast<std::size_t>(n));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        std::vector<mc::Link*> raw;
-        for (auto& l : links[static_cast<std::size_t>(r)]) raw.push_back(l.get());
-        mc::RunnerOptions ro;
-        ro.chunk_bytes = chunk_bytes;
-        ro.yield_while_spinning = true;  // more threads than cores
-        mc::PlanRunner runner(raw, nullptr, ro);
-        RankState& st = states[static_cast<std::size_t>(r)];
-        st.rank = r;
-        st.world_size = n;
-        st.runner = &runner;
-        body(st);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  for (const RankState& st : states) {
-    INFO(st.failure);
-    CHECK(st.failure.empty());
-  }
-}
+using mwms::testing::RankState;
+using mwms::testing::run_world;
 
 const mc::Algorithm* const kAllReduceAlgorithms[] = {
     &mc::ring_all_reduce(), &mc::gather_all_reduce(), &mc::recursive_doubling_all_reduce(),
@@ -175,121 +73,6 @@ TEST_CASE("every all-reduce algorithm, dtype and op on 1..8 threaded ranks", "[u
                                              static_cast<std::size_t>(n - 1)};
     run_world(n, 1 << 20, 4096, [&](RankState& st) { all_reduce_matrix(st, counts, true); });
   }
-}
-
-// Note [flat all-reduce]: counts on either side of a line boundary (Note [flat lines]: 56 bytes a
-// line) and of the lines' limit, staged ones up to a whole set, and calls in a row, so that both
-// sets of each protocol are reused.
-TEST_CASE("the flat all-reduce of every dtype and op on 1..8 threaded ranks", "[unit]") {
-  for (int n = 1; n <= 8; ++n) {
-    INFO("world size " << n);
-    run_world(n, 1 << 16, 4096, [&](RankState& st) {
-      if (n == 1) return;  // the engine never runs a collective of one rank
-      if (!st.runner->has_flat_slots()) {  // no Catch assertion off the main thread
-        st.failure = "the runner sees no flat slots over the in-memory links";
-        return;
-      }
-      std::vector<char> buf, want;
-      for (DataType t : kAllDtypes) {
-        const std::size_t esize = mwms::dtype_size(t);
-        const std::size_t most = mc::kFlatPayloadBytes / esize;
-        // Staged (Note [flat staging]) above the lines: the first staged count, one whose
-        // segments are uneven (4099 elements over n ranks) and the largest set.
-        for (std::size_t count : {std::size_t{0}, std::size_t{1}, 56 / esize - 1, 56 / esize,
-                                  56 / esize + 1, std::size_t{1000} / esize, most, most + 1,
-                                  std::size_t{4099}, mc::kFlatStageBytes / esize}) {
-          for (ReduceOp op : kAllOps) {
-            const bool staged = count * esize > mc::kFlatPayloadBytes;
-            if (staged && op != ReduceOp::kSum && op != ReduceOp::kMean && count > 4099) continue;
-            fill_input(buf, st.rank, count, t, op);
-            fill_expected(want, st.world_size, 0, count, t, op);
-            st.run(mc::flat_all_reduce(), mc::CollectiveKind::kAllReduce, t, op, count, -1,
-                   {buf.data(), buf.data()});
-            st.expect("all_reduce", mc::flat_all_reduce(), t, op, count, buf.data(), want);
-          }
-        }
-      }
-    });
-  }
-}
-
-// Note [flat mismatch]: ranks in different calls fail with CollectiveMismatchError, whether both
-// are flat (their tags differ) or one runs a plan (it finds the other's slot, the other its frame).
-TEST_CASE("a flat all-reduce beside another call: a mismatch on both threaded ranks", "[unit]") {
-  for (int variant = 0; variant < 5; ++variant) {
-    INFO("variant " << variant);
-    std::vector<std::string> caught(2);
-    run_world(2, 1 << 16, 4096, [&](RankState& st) {
-      std::vector<float> buf(100000, 1.0f);
-      const mc::Algorithm& other =
-          variant == 2 ? mc::recursive_doubling_all_reduce() : mc::flat_all_reduce();
-      const bool flat_side = st.rank == 0;
-      // 0: counts 4 and 8; 1: dtypes differ; 2: flat against recursive doubling; 3: lines
-      // against staged (Note [flat staging]); 4: two staged counts.
-      const std::size_t counts[] = {8, 4, 1000, 100000, 99999};
-      std::size_t count = flat_side || variant == 1 ? 4 : counts[variant];
-      if (flat_side && variant == 4) count = 100000;
-      const DataType t = !flat_side && variant == 1 ? DataType::kInt32 : DataType::kFloat32;
-      try {
-        st.run(flat_side ? mc::flat_all_reduce() : other, mc::CollectiveKind::kAllReduce, t,
-               ReduceOp::kSum, count, -1,
-               {reinterpret_cast<char*>(buf.data()), reinterpret_cast<char*>(buf.data())});
-      } catch (const mwms::CollectiveMismatchError& e) {
-        caught[static_cast<std::size_t>(st.rank)] = e.what();
-      }
-    });
-    for (const std::string& what : caught) {
-      INFO(what);
-      CHECK(what.find("flat") != std::string::npos);
-    }
-  }
-}
-
-TEST_CASE("the selector takes the flat all-reduce over shared memory up to its limit", "[unit]") {
-  mc::SelectorOptions opts;
-  mc::SelectionInput in;
-  in.topology.world_size = 4;
-  in.topology.links = mc::find_transport("shm")->tuning;
-  const std::size_t limit = in.topology.links.flat_max_bytes;
-  REQUIRE(limit > 0);
-  for (std::size_t bytes : {std::size_t{0}, std::size_t{4}, limit}) {
-    in.bytes = bytes;
-    CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
-  }
-  in.kind = mc::CollectiveKind::kBarrier;
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
-  in.kind = mc::CollectiveKind::kAllReduce;
-  in.bytes = limit + 4;
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
-  in.bytes = 4;
-  opts.small_message_bytes = 0;  // MWMS_SMALL_MESSAGE_BYTES=0: no small-message path at all
-  CHECK(mc::select_algorithm(in, opts).algorithm != &mc::flat_all_reduce());
-  opts.small_message_bytes = 65536;
-  in.topology.world_size = 17;  // beyond kFlatMaxRanks
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
-  in.topology.world_size = 4;
-  in.topology.links = mc::find_transport("tcp")->tuning;  // no flat slots
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
-  in.topology.links = mc::find_transport("shm")->tuning;  // more ranks than cores: staged too
-  in.topology.ranks_exceed_cores = true;
-  in.bytes = mc::kFlatStageBytes;
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
-  in.bytes = mc::kFlatStageBytes + 4;
-  CHECK(mc::select_algorithm(in, opts).algorithm != &mc::flat_all_reduce());
-  in.topology.ranks_exceed_cores = false;
-  in.bytes = 4;
-  in.topology.links = mc::find_transport("tcp")->tuning;
-  opts.forced = "flat";
-  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts), Catch::Matchers::Contains("no flat slots"));
-  in.topology.links = mc::find_transport("mem")->tuning;  // slots, never chosen unforced
-  in.bytes = mc::kFlatStageBytes + 4;
-  REQUIRE_THROWS_WITH(mc::select_algorithm(in, opts),
-                      Catch::Matchers::Contains("larger than a flat staging set"));
-  in.bytes = mc::kFlatStageBytes;
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::flat_all_reduce());
-  opts.forced = "";
-  in.bytes = 4;
-  CHECK(mc::select_algorithm(in, opts).algorithm == &mc::recursive_doubling_all_reduce());
 }
 
 TEST_CASE("hierarchical all-reduce on H hosts x L ranks, hosts contiguous or interleaved",

@@ -27,7 +27,9 @@ MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
       ring_bytes_(ring_bytes),
       bells_(new Doorbell[world_size]),
       flat_(static_cast<char*>(
-          std::aligned_alloc(64, kFlatAreaBytes * static_cast<std::size_t>(world_size)))) {
+          std::aligned_alloc(64, kFlatAreaBytes * static_cast<std::size_t>(world_size)))),
+      stage_(static_cast<char*>(
+          std::aligned_alloc(4096, kFlatStageAreaBytes * static_cast<std::size_t>(world_size)))) {
   // A multiple of 64 is what Note [ring link layout] needs, and what aligned_alloc requires of
   // the size for a 64-byte alignment.
   MWMS_CHECK(ring_bytes % 64 == 0 && ring_bytes >= 128, "ring size must be a multiple of 64");
@@ -39,18 +41,14 @@ MemFabric::MemFabric(int world_size, std::size_t ring_bytes)
   // Note [flat slots]: zeroed flat areas; of the staging areas only the heads (tags) need zeros,
   // so the data pages stay untouched until a staged call uses them.
   const std::size_t n = static_cast<std::size_t>(world_size);
-  stage_ = static_cast<char*>(std::aligned_alloc(4096, kFlatStageAreaBytes * n));
   MWMS_CHECK(flat_ != nullptr && stage_ != nullptr, "no memory for the flat areas");
-  std::memset(flat_, 0, kFlatAreaBytes * n);
+  std::memset(flat_.get(), 0, kFlatAreaBytes * n);
   for (std::size_t set = 0; set < 2 * n; ++set) {
-    std::memset(stage_ + set * kFlatStageSetBytes, 0, kFlatStageHeadBytes);
+    std::memset(stage_.get() + set * kFlatStageSetBytes, 0, kFlatStageHeadBytes);
   }
 }
 
-MemFabric::~MemFabric() {
-  std::free(flat_);
-  std::free(stage_);
-}
+MemFabric::~MemFabric() = default;
 
 std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
   std::vector<std::unique_ptr<Link>> links(static_cast<std::size_t>(world_size_));
@@ -65,10 +63,10 @@ std::vector<std::unique_ptr<Link>> MemFabric::links_of(int rank) {
     links[static_cast<std::size_t>(peer)] = std::make_unique<RingLink>(
         peer, caps, ByteRing{&out.control, out.data, ring_bytes_},
         ByteRing{&in.control, in.data, ring_bytes_}, &bells_[rank], &bells_[peer],
-        FlatSlots{flat_ + static_cast<std::size_t>(rank) * kFlatAreaBytes,
-                  flat_ + static_cast<std::size_t>(peer) * kFlatAreaBytes,
-                  stage_ + static_cast<std::size_t>(rank) * kFlatStageAreaBytes,
-                  stage_ + static_cast<std::size_t>(peer) * kFlatStageAreaBytes});
+        FlatSlots{flat_.get() + static_cast<std::size_t>(rank) * kFlatAreaBytes,
+                  flat_.get() + static_cast<std::size_t>(peer) * kFlatAreaBytes,
+                  stage_.get() + static_cast<std::size_t>(rank) * kFlatStageAreaBytes,
+                  stage_.get() + static_cast<std::size_t>(peer) * kFlatStageAreaBytes});
   }
   return links;
 }
@@ -97,6 +95,7 @@ class MemLink final : public Link {
     return ring_->moved_since_poll(for_send, for_recv);
   }
   FlatSlots flat_slots() const noexcept override { return ring_->flat_slots(); }
+  bool peek_envelope(FrameHeader* out) const noexcept override { return ring_->peek_envelope(out); }
 
  private:
   std::shared_ptr<MemFabric> fabric_;  // declared first: destroyed after the ring

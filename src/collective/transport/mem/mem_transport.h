@@ -6,6 +6,7 @@
 // transport takes (Note [transport table]).
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -32,8 +33,11 @@ class MemFabric {
   std::size_t ring_bytes_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // [from * n + to]
   std::unique_ptr<Doorbell[]> bells_;
-  char* flat_ = nullptr;   // kFlatAreaBytes per rank (Note [flat slots])
-  char* stage_ = nullptr;  // kFlatStageAreaBytes per rank
+  struct Free {
+    void operator()(char* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<char, Free> flat_;   // kFlatAreaBytes per rank (Note [flat slots])
+  std::unique_ptr<char, Free> stage_;  // kFlatStageAreaBytes per rank
 };
 
 /// The table's row (transport/registry.cc): ranks that are threads of one process (their "mem"

@@ -33,6 +33,7 @@ class ShmLink final : public Link {
     return ring_.moved_since_poll(for_send, for_recv);
   }
   FlatSlots flat_slots() const noexcept override { return ring_.flat_slots(); }
+  bool peek_envelope(FrameHeader* out) const noexcept override { return ring_.peek_envelope(out); }
 
  private:
   std::shared_ptr<ShmSegment> own_;
