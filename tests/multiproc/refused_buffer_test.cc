@@ -110,7 +110,7 @@ std::string run_case(int rank, const std::string& tf_config, const Case& k,
 
 void check_transport(mwms::TransportChoice transport, const char* streams) {
   std::vector<Case> cases;
-  for (const char* algo : {"", "ring", "gather", "rd", "rhd"}) {
+  for (const char* algo : {"", "ring", "gather", "rd", "rhd", "flat"}) {
     for (std::size_t bytes : {std::size_t{16}, std::size_t{4096}, std::size_t{1} << 20}) {
       cases.push_back({Call::kAllReduceDtype, algo, bytes});
     }

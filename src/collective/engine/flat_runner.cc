@@ -81,10 +81,15 @@ void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::ui
   const std::uint64_t ident = flat_identity_word(call);
   const std::size_t lines = flat_line_count(bytes);
   publish_flat(call, buffer, bytes, k, ident);
-  // Rank order, whatever the arrival order: every rank computes the same bits (as gather does).
+  // Every peer's lines first, each one's identity checked: a call that any peer disagrees with
+  // is refused before a byte of the buffer changes (communicator.h). Then the reduction in rank
+  // order, whatever the arrival order: every rank computes the same bits (as gather does).
   for (int q = 0; q < call.world_size; ++q) {
-    const FlatLine* l =
-        q == call.rank ? flat_lines(flat_own_, k) : await_flat(q, k, ident, lines, expect, st, ctx);
+    if (q != call.rank) await_flat(q, k, ident, lines, expect, st, ctx);
+  }
+  for (int q = 0; q < call.world_size; ++q) {
+    const FlatLine* l = flat_lines(
+        q == call.rank ? flat_own_ : flat_peer_[static_cast<std::size_t>(q)], k);
     if (q == 0) {
       if (q != call.rank) gather_flat(l, bytes, buffer);  // rank 0's buffer holds it already
       continue;

@@ -247,3 +247,28 @@ TEST_CASE("a peer that moves on past a flat call while another looks at its ring
     CHECK(f.empty());
   }
 }
+
+// communicator.h: a refused call leaves the buffers as they were. A flat rank checks every
+// peer's identity before it reduces into its buffer, so even the ranks that agree with each
+// other (0 and 1 here) refuse with their buffers intact when one peer (2) disagrees.
+TEST_CASE("a flat call that one of three threaded ranks disagrees with changes no buffer",
+          "[unit]") {
+  for (std::size_t agreed : {std::size_t{4}, std::size_t{3000}, std::size_t{100000}}) {
+    INFO(agreed << " floats on ranks 0 and 1");
+    std::vector<std::string> outcome(3);
+    run_world(3, 1 << 16, 4096, [&](RankState& st) {
+      const std::size_t count = st.rank == 2 ? agreed + 1 : agreed;
+      std::vector<float> buf(count, static_cast<float>(st.rank + 1));
+      const std::vector<float> before = buf;
+      try {
+        st.run(mc::flat_all_reduce(), mc::CollectiveKind::kAllReduce, DataType::kFloat32,
+               ReduceOp::kSum, count, -1,
+               {reinterpret_cast<char*>(buf.data()), reinterpret_cast<char*>(buf.data())});
+        outcome[static_cast<std::size_t>(st.rank)] = "not refused";
+      } catch (const mwms::CollectiveMismatchError&) {
+        outcome[static_cast<std::size_t>(st.rank)] = buf == before ? "refused" : "buffer changed";
+      }
+    });
+    for (const std::string& o : outcome) CHECK(o == "refused");
+  }
+}
