@@ -88,8 +88,8 @@ void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::ui
     if (q != call.rank) await_flat(q, k, ident, lines, expect, st, ctx);
   }
   for (int q = 0; q < call.world_size; ++q) {
-    const FlatLine* l = flat_lines(
-        q == call.rank ? flat_own_ : flat_peer_[static_cast<std::size_t>(q)], k);
+    const FlatLine* l =
+        flat_lines(q == call.rank ? flat_own_ : flat_peer_[static_cast<std::size_t>(q)], k);
     if (q == 0) {
       if (q != call.rank) gather_flat(l, bytes, buffer);  // rank 0's buffer holds it already
       continue;
