@@ -315,15 +315,22 @@ TEST_CASE("a stopped peer over shm makes the others time out naming it", "[shm][
 // a large all-reduce (a plan beside the flat ones), a barrier beside an all-reduce.
 TEST_CASE("calls that disagree over shm, flat or not, raise CollectiveMismatchError everywhere",
           "[shm][fault]") {
-  const std::pair<const char*, std::size_t> variants[] = {
-      {"count 63", 63}, {"int32", 64}, {"count 262144", 1 << 18}, {"barrier", 0}};
+  // The last variant forces flat everywhere: lines (64 floats) against staged (100000), on a
+  // host of any size (unforced, staged needs more ranks than cores).
+  const std::pair<const char*, std::size_t> variants[] = {{"count 63", 63},
+                                                          {"int32", 64},
+                                                          {"count 262144", 1 << 18},
+                                                          {"barrier", 0},
+                                                          {"count 100000", 100000}};
   for (const auto& [named, count] : variants) {
     INFO("rank 2 differs: " << named);
     LaunchOptions opts;
     opts.world_size = 3;
     opts.timeout_seconds = 30;
     auto results = run_ranks(opts, [&](int rank, const std::string& tf_config, auto report) {
-      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), shm_options(10));
+      mwms::CommunicatorOptions o = shm_options(10);
+      if (count == 100000) o.algorithm = "flat";
+      auto comm = mwms::Communicator::create(mwms::resolve_tf_config(tf_config), o);
       std::vector<float> v(1 << 18, 1.0f);
       try {
         comm->all_reduce(v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
