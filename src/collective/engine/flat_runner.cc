@@ -68,9 +68,6 @@ void PlanRunner::run_flat(const CollectiveCall& call, char* buffer, double timeo
   } else {
     flat_staged(call, buffer, k, expect, st, ctx);
   }
-  if (call.op == ReduceOp::kMean && bytes <= kFlatPayloadBytes) {
-    kernels::scale_divide(buffer, call.count, call.dtype, call.world_size);
-  }
   if (st.notice_sent) control_->send_stall_notice(static_cast<std::uint64_t>(ctx.seq), -1);
 }
 
@@ -102,6 +99,9 @@ void PlanRunner::flat_in_lines(const CollectiveCall& call, char* buffer, std::ui
     }
     kernels::reduce(buffer, src, call.count, call.dtype, call.op);
   }
+  if (call.op == ReduceOp::kMean) {  // once, at the end (the staged path divides per block)
+    kernels::scale_divide(buffer, call.count, call.dtype, call.world_size);
+  }
 }
 
 // The identity line, then each data line's bytes and its tag (Note [flat lines]).
@@ -131,11 +131,10 @@ void PlanRunner::ring_flat_peers() noexcept {
   }
 }
 
-// The data lines of `peer` for flat call k once every one carries its tag; a tag of another
-// call (the same k, another identity) is a mismatch.
-const FlatLine* PlanRunner::await_flat(int peer, std::uint64_t k, std::uint64_t ident,
-                                       std::size_t lines, const FrameHeader& expect, State& st,
-                                       const ErrorContext& ctx) {
+// Returns once every data line of `peer` for flat call k carries its tag; a tag of another call
+// (the same k, another identity) is a mismatch.
+void PlanRunner::await_flat(int peer, std::uint64_t k, std::uint64_t ident, std::size_t lines,
+                            const FrameHeader& expect, State& st, const ErrorContext& ctx) {
   const char* area = flat_peer_[static_cast<std::size_t>(peer)];
   const FlatLine* l = flat_lines(area, k);
   // The last line first: its owner writes the lines in order, so once that one is there the
@@ -145,7 +144,6 @@ const FlatLine* PlanRunner::await_flat(int peer, std::uint64_t k, std::uint64_t 
     await_tag(peer, l[j].tag, *flat_identity(area, k), k, ident, expect, st, ctx);
   }
   ++st.progress;
-  return l;
 }
 
 void PlanRunner::gather_flat(const FlatLine* lines, std::size_t bytes, char* out) {

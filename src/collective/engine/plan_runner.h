@@ -82,8 +82,8 @@ class PlanRunner {
   void publish_flat(const CollectiveCall& call, const char* buffer, std::size_t bytes,
                     std::uint64_t k, std::uint64_t ident);
   void ring_flat_peers() noexcept;
-  const FlatLine* await_flat(int peer, std::uint64_t k, std::uint64_t ident, std::size_t lines,
-                             const FrameHeader& expect, State& st, const ErrorContext& ctx);
+  void await_flat(int peer, std::uint64_t k, std::uint64_t ident, std::size_t lines,
+                  const FrameHeader& expect, State& st, const ErrorContext& ctx);
   static void gather_flat(const FlatLine* lines, std::size_t bytes, char* out);
   void await_tag(int peer, const FlatTag& t, const FlatIdentity& id, std::uint64_t k,
                  std::uint64_t ident, const FrameHeader& expect, State& st,
