@@ -240,8 +240,11 @@ Buffer import_buffer(nb::handle obj, const char* name, bool writable) {
                           "; libmwms reduces " + kSupported).c_str());
   }
   if (!c_contiguous(b.array)) {
+    // The fix in the exporter's own words: a PyTorch tensor has .contiguous(), NumPy a function.
+    const bool tensor = nb::hasattr(obj, "is_contiguous") && nb::hasattr(obj, "contiguous");
+    const std::string fix = tensor ? "x.contiguous()" : "numpy.ascontiguousarray(x)";
     throw InvalidArgument(arg + " is not C-contiguous; libmwms works in place and never copies "
-                          "(pass numpy.ascontiguousarray(x), and use its result)");
+                          "(pass " + fix + ", and use its result)");
   }
   b.data = const_cast<void*>(b.array.data());
   b.count = b.array.size();

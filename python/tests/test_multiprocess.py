@@ -25,6 +25,16 @@ def test_collectives_every_dtype(run_job):
         assert set(rec["dtypes"]) == expected
 
 
+def test_torch_cpu_tensors(run_job):
+    """PyTorch CPU tensors in place (workers.torch_tensors). scripts/run_tests.sh installs torch
+    from PyPI; a venv without it skips this test and says so."""
+    pytest.importorskip("torch", reason="PyTorch is not installed in this venv "
+                        "(scripts/run_tests.sh installs it; MWMS_TEST_TORCH=0 leaves it out)")
+    for rank, t in enumerate(run_job(2, "torch_tensors", timeout=120)):
+        rec = t.record("torch")
+        assert rec["rank"] == rank and len(rec["dtypes"]) == 6
+
+
 def test_peer_killed_raises_peer_error_naming_it(run_job):
     tasks = run_job(2, "peer_killed", expect_ok=False)
     assert tasks[1].returncode == -signal.SIGKILL

@@ -113,6 +113,63 @@ def test_buffer_protocol_without_numpy_array(comm):
         comm.all_reduce(b"\0" * 8)
 
 
+class _DeviceExporter:
+    """Exports 4 float32 through a DLPack capsule (ctypes) whose DLTensor says it lives on
+    `device_type` (2: kDLCUDA), as a CUDA tensor's __dlpack__ does; the data pointer is host
+    memory, so nothing can go wrong if the check were missing, but the collective must refuse."""
+
+    def __init__(self, device_type: int):
+        import ctypes
+
+        class DLDevice(ctypes.Structure):
+            _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+        class DLDataType(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                        ("lanes", ctypes.c_uint16)]
+
+        class DLTensor(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                        ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                        ("strides", ctypes.POINTER(ctypes.c_int64)),
+                        ("byte_offset", ctypes.c_uint64)]
+
+        class DLManagedTensor(ctypes.Structure):
+            _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                        ("deleter", ctypes.c_void_p)]
+
+        self._ctypes = ctypes
+        self._host = (ctypes.c_float * 4)()
+        self._shape = (ctypes.c_int64 * 1)(4)
+        self._managed = DLManagedTensor(
+            DLTensor(ctypes.cast(self._host, ctypes.c_void_p), DLDevice(device_type, 0), 1,
+                     DLDataType(2, 32, 1), self._shape, None, 0), None, None)
+        self.device_type = device_type
+
+    def __dlpack__(self, **kwargs):
+        ctypes = self._ctypes
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+
+def test_device_memory_refused(comm):
+    # A CUDA array's DLPack capsule (device type 2) is refused naming the argument; this build's
+    # Communicator takes host buffers, and the same capsule on the CPU (1) is reduced.
+    with pytest.raises(mwms.InvalidArgument,
+                       match=r"argument 'tensor' is not in host memory \(DLPack device type 2\)"):
+        comm.all_reduce(_DeviceExporter(2))
+    with pytest.raises(mwms.InvalidArgument, match="argument 'recv' is not in host memory"):
+        comm.all_gather(np.zeros(4, dtype=np.float32), _DeviceExporter(2))
+    host = _DeviceExporter(1)
+    comm.all_gather(np.arange(4, dtype=np.float32), host)
+    assert list(host._host) == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_finalized_and_context_manager():
     with mwms.Communicator(mwms.resolve("{}")) as c:
         c.barrier()

@@ -316,5 +316,125 @@ def strategy() -> None:
     record("strategy", rank=r)
 
 
+def torch_tensors() -> None:
+    """PyTorch CPU tensors (DLPack): every collective on every dtype in the tensor's own memory,
+    views and 0-d tensors, a leaf that requires grad, the errors, and the strategy on a real
+    torch.nn model whose data-parallel step must equal the full-batch step."""
+    import torch
+
+    comm = mwms.Communicator(timeout_seconds=60)
+    r, n = comm.rank, comm.world_size
+    kinds = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+             torch.int64]
+    for dt in kinds:
+        for count in (1, 1000, 300_000):
+            base = torch.arange(count, dtype=torch.float64) % 5  # exact in every dtype
+            x = (base + r).to(dt)
+            where = x.data_ptr()
+            comm.all_reduce(x)
+            assert x.data_ptr() == where and x.dtype == dt
+            assert torch.equal(x.double(), 2 * base + 1), (dt, count)
+            x = (base + r).to(dt)
+            comm.all_reduce(x, "max")
+            assert torch.equal(x.double(), base + 1)
+            recv = torch.full((n * count,), -1, dtype=dt)
+            comm.all_gather((base + 10 * r).to(dt), recv)
+            assert torch.equal(recv.double(), torch.cat([base + 10 * k for k in range(n)]))
+            send = torch.cat([base + k + r for k in range(n)]).to(dt)
+            out = torch.full((count,), -1, dtype=dt)
+            comm.reduce_scatter(send, out)
+            assert torch.equal(out.double(), 2 * base + 2 * r + 1)
+            x = (base + 3 * r).to(dt)
+            comm.broadcast(x, root=1)
+            assert torch.equal(x.double(), base + 3)
+    # Views: a contiguous slice (a storage offset) changes its base; a 2-d tensor, a 0-d one.
+    big = torch.zeros(10)
+    big[2:6] = r + 1
+    comm.all_reduce(big[2:6])
+    assert big.tolist() == [0, 0, 3, 3, 3, 3, 0, 0, 0, 0]
+    m = torch.full((3, 4), r + 1, dtype=torch.int64)
+    comm.all_reduce(m)
+    assert m.shape == (3, 4) and bool((m == 3).all())
+    scalar = torch.tensor(float(r + 1), dtype=torch.float64)
+    comm.all_reduce(scalar)
+    assert scalar.item() == 3.0
+    # A NumPy array and the tensor torch.from_numpy made of it share memory: both see it.
+    a = np.full(8, r + 1, dtype=np.float32)
+    comm.all_reduce(torch.from_numpy(a))
+    assert (a == 3).all()
+    # A leaf that requires grad is reduced in place, as torch.distributed.all_reduce does.
+    leaf = torch.full((4,), float(r + 1), requires_grad=True)
+    comm.all_reduce(leaf)
+    assert leaf.requires_grad and leaf.detach().tolist() == [3.0] * 4
+    # Asynchronous: the Work keeps the tensor's memory alive.
+    t = torch.full((1000,), float(r), dtype=torch.float64)
+    w = comm.all_reduce_async(t)
+    where = t.data_ptr()
+    w.wait()
+    assert t.data_ptr() == where and bool((t == 1).all())
+    # Refused, naming the argument, and nothing sent: the communicator stays usable.
+    try:
+        comm.all_reduce(torch.zeros(4, 4).t())
+        raise AssertionError("a transposed tensor was accepted")
+    except mwms.InvalidArgument as e:
+        assert isinstance(e, ValueError)
+        assert "argument 'tensor' is not C-contiguous" in str(e) and "x.contiguous()" in str(e)
+    for bad in (torch.zeros(4, dtype=torch.uint8), torch.zeros(4, dtype=torch.bool),
+                torch.zeros(4, dtype=torch.complex64), torch.zeros(4, dtype=torch.int16)):
+        try:
+            comm.all_reduce(bad)
+            raise AssertionError(f"{bad.dtype} was accepted")
+        except TypeError as e:
+            assert "argument 'tensor' has dtype" in str(e), str(e)
+    try:
+        comm.all_gather(torch.zeros(2), torch.zeros(3))
+        raise AssertionError("a recv of the wrong size was accepted")
+    except mwms.InvalidArgument as e:
+        assert "argument 'recv' has 3 elements" in str(e)
+    try:
+        comm.all_gather(torch.zeros(2), torch.zeros(4, dtype=torch.float64))
+        raise AssertionError("send and recv of different dtypes were accepted")
+    except TypeError as e:
+        assert "argument 'recv' has dtype float64 but argument 'send' has float32" in str(e)
+    x = torch.ones(3)
+    comm.all_reduce(x)
+    assert x.tolist() == [2.0] * 3
+    comm.finalize()
+
+    # The strategy on a torch.nn model: broadcast the chief's parameters, then one data-parallel
+    # step (each worker's half of the batch, gradients all-reduced with op="mean" through
+    # buckets) must give the weights that one process gets from the whole batch.
+    s = mwms.MultiWorkerMirroredStrategy(bytes_per_pack=4096, timeout_seconds=60)
+    torch.manual_seed(1234 + r)  # different initial weights on each worker
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 3))
+    params = list(model.parameters())
+    s.broadcast_variables([p.data for p in params])
+    torch.manual_seed(1234)  # the chief's initial weights, made again by every worker
+    reference = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 3))
+    for p, q in zip(params, reference.parameters()):
+        assert torch.equal(p.data, q.data)
+    gen = torch.Generator().manual_seed(7)
+    xb = torch.randn(32, 20, generator=gen)
+    yb = torch.randint(0, 3, (32,), generator=gen)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    shard = s.batch_shard(32)
+    loss_fn(model(xb[shard]), yb[shard]).backward()
+    s.all_reduce_gradients([p.grad for p in params], op="mean")
+    loss_fn(reference(xb), yb).backward()
+    for p, q in zip(params, reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        for p, q in zip(params, reference.parameters()):
+            p -= 0.1 * p.grad
+            q -= 0.1 * q.grad
+    for p, q in zip(params, reference.parameters()):
+        torch.testing.assert_close(p.data, q.data, rtol=1e-5, atol=1e-6)
+    assert s.all_reduce_bytes == sum(p.numel() * 4 for p in params)
+    s.finalize()
+    record("torch", rank=r, dtypes=[str(k) for k in kinds], torch=torch.__version__)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
