@@ -95,6 +95,9 @@ struct MWMS_API ParameterServerStats {
   /// Bytes of variables received from (worker) / sent by (ps) each ps, by ps index.
   std::vector<std::uint64_t> bytes_pulled;
   std::vector<std::string> lost_workers;  ///< ps: workers it lost (died, or frozen), by name
+  /// Replies whose values went through the ps's shared memory instead of the link (ps: sent;
+  /// worker: copied), synchronous mode on one host: MWMS_PS_SHARED_VALUES in docs/env.md.
+  std::int64_t shared_value_replies = 0;
 };
 
 /// Parameter-server training: see the file comment. One object per process, on every task of

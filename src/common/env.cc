@@ -46,6 +46,9 @@ const std::vector<EnvVarInfo>& env_registry() {
       {"MWMS_TRANSPORT", EnvType::kString, "auto", "auto or a transport's name",
        "Transport of the engine's links: auto (shared memory on one host, TCP across hosts), "
        "tcp, shm or mpi (under mpirun). Must be the same on every rank."},
+      {"MWMS_PS_SHARED_VALUES", EnvType::kEnum, "1", "0|1",
+       "Synchronous parameter-server jobs: 1, a ps keeps its values in shared memory that its "
+       "workers on the same host copy from directly; 0, it sends them through each link."},
       {"MWMS_SHM_DISABLE", EnvType::kEnum, "0", "0|1",
        "1: no shared memory; ranks on one host talk over TCP (MWMS_TRANSPORT=auto)."},
       {"MWMS_SHM_RING_BYTES", EnvType::kInt, "0", ">= 0",

@@ -103,9 +103,9 @@ std::string stats_text(const mwms::ParameterServerStats& s) {
   std::string lost;
   for (const auto& w : s.lost_workers) lost += " lost=" + w;
   return "step=" + std::to_string(s.global_step) + " pushes=" + std::to_string(s.pushes) +
-         " applied=" + std::to_string(s.applied) + " dropped=" +
-         std::to_string(s.dropped_stale) + " held=" + std::to_string(s.held_back) +
-         " staleness_total=" + std::to_string(hist) + lost;
+         " applied=" + std::to_string(s.applied) + " dropped=" + std::to_string(s.dropped_stale) +
+         " held=" + std::to_string(s.held_back) + " staleness_total=" + std::to_string(hist) +
+         lost + " shared=" + std::to_string(s.shared_value_replies);
 }
 
 }  // namespace
@@ -139,18 +139,25 @@ TEST_CASE("synchronous ps: every global step averages every worker's gradient",
         const float mean = sum / static_cast<float>(workers);
         if (!m.equals(steps, 0.25f, mean, &why)) throw std::runtime_error(why);
         report("step=" + std::to_string(s.global_step()) +
-               " dropped=" + std::to_string(s.stats().dropped_stale));
+               " dropped=" + std::to_string(s.stats().dropped_stale) +
+               " shared=" + std::to_string(s.stats().shared_value_replies));
         s.finalize();
       });
+      // Note [ps shared values]: over shared memory each worker's initial pull and 5 replies per
+      // ps come through the ps's memory; over TCP none.
+      const bool shared = transport == mwms::TransportChoice::kShm;
+      const std::string per_worker = std::to_string(shared ? 6 * num_ps : 0);
+      const std::string per_ps = std::to_string(shared ? 6 * workers : 0);
       for (const ChildResult& r : results) {
         INFO("rank " << r.rank << ": " << r.output);
         REQUIRE(r.exit_code == 0);
         if (r.rank < workers) {
-          CHECK_THAT(r.output, Contains("step=5 dropped=0"));
+          CHECK_THAT(r.output, Contains("step=5 dropped=0 shared=" + per_worker));
         } else {
           CHECK_THAT(r.output, Contains("step=5 pushes=" + std::to_string(5 * workers) +
                                         " applied=" + std::to_string(5 * workers) +
                                         " dropped=0"));
+          CHECK_THAT(r.output, Contains(" shared=" + per_ps));
         }
       }
     }
@@ -411,74 +418,82 @@ TEST_CASE("ps-sync with replicas_to_aggregate == workers gives the all-reduce st
   // batch) and applies the library's momentum update on every worker; the ps mean of the same
   // gradients scaled by workers / global batch is the same sum (scaling by 2 is exact), and the
   // ps applies the same update: the weights must agree bit for bit.
+  // Both with the ps's values in shared memory (Note [ps shared values]) and through the links.
   const int workers = 2, num_ps = 1, features = 64, outputs = 8, global = 32, steps = 20;
-  LaunchOptions opts;
-  opts.world_size = workers + num_ps;
-  opts.timeout_seconds = 90;
-  opts.extra_ports = workers;  // the all-reduce job's own cluster
-  auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
-    auto data = [](int row, int col) {
-      return static_cast<float>((row * 7 + col * 3) % 11) / 11.0f - 0.5f;
-    };
-    mwms::OptimizerOptions opt;
-    opt.kind = mwms::OptimizerKind::kMomentum;
-    opt.learning_rate = 0.05;
-    opt.momentum = 0.9;
-    std::vector<float> w(features * outputs, 0.0f), g(w.size());
-    // Sum over rows [begin, end) of the batch of step s of d/dw 0.5 |x w - y|^2, times scale.
-    auto gradient = [&](int step, int begin, int end, float scale) {
-      std::fill(g.begin(), g.end(), 0.0f);
-      for (int r = begin; r < end; ++r) {
-        const int row = step * global + r;
-        for (int o = 0; o < outputs; ++o) {
-          float pred = 0;
-          for (int f = 0; f < features; ++f) pred += data(row, f) * w[f * outputs + o];
-          const float err = pred - data(row, features + o);
-          for (int f = 0; f < features; ++f) g[f * outputs + o] += data(row, f) * err;
+  for (const std::string shared : {"1", "0"}) {
+    INFO("MWMS_PS_SHARED_VALUES=" << shared);
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 90;
+    opts.extra_ports = workers;  // the all-reduce job's own cluster
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      ::setenv("MWMS_PS_SHARED_VALUES", shared.c_str(), 1);
+      auto data = [](int row, int col) {
+        return static_cast<float>((row * 7 + col * 3) % 11) / 11.0f - 0.5f;
+      };
+      mwms::OptimizerOptions opt;
+      opt.kind = mwms::OptimizerKind::kMomentum;
+      opt.learning_rate = 0.05;
+      opt.momentum = 0.9;
+      std::vector<float> w(features * outputs, 0.0f), g(w.size());
+      // Sum over rows [begin, end) of the batch of step s of d/dw 0.5 |x w - y|^2, times scale.
+      auto gradient = [&](int step, int begin, int end, float scale) {
+        std::fill(g.begin(), g.end(), 0.0f);
+        for (int r = begin; r < end; ++r) {
+          const int row = step * global + r;
+          for (int o = 0; o < outputs; ++o) {
+            float pred = 0;
+            for (int f = 0; f < features; ++f) pred += data(row, f) * w[f * outputs + o];
+            const float err = pred - data(row, features + o);
+            for (int f = 0; f < features; ++f) g[f * outputs + o] += data(row, f) * err;
+          }
         }
+        for (float& x : g) x *= scale;
+      };
+      const int begin = rank * global / workers, end = (rank + 1) * global / workers;
+      std::vector<float> reference;
+      if (rank < workers) {
+        mwms::MultiWorkerMirroredStrategy mwms_strategy(mwms::resolve_tf_config(
+            mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)));
+        std::vector<float> velocity(w.size(), 0.0f);
+        float* slots[] = {velocity.data()};
+        for (int s = 0; s < steps; ++s) {
+          gradient(s, begin, end, 1.0f / global);
+          mwms_strategy.all_reduce_gradients({{g.data(), g.size(), mwms::DataType::kFloat32}});
+          mwms::apply_gradient(opt, w.data(), g.data(), slots, w.size(), s + 1);
+        }
+        mwms_strategy.finalize();
+        reference = w;
+        std::fill(w.begin(), w.end(), 0.0f);
       }
-      for (float& x : g) x *= scale;
-    };
-    const int begin = rank * global / workers, end = (rank + 1) * global / workers;
-    std::vector<float> reference;
-    if (rank < workers) {
-      mwms::MultiWorkerMirroredStrategy mwms_strategy(
-          mwms::resolve_tf_config(
-              mwms::testing::make_tf_config(mwms::testing::extra_ports(), rank, false)));
-      std::vector<float> velocity(w.size(), 0.0f);
-      float* slots[] = {velocity.data()};
-      for (int s = 0; s < steps; ++s) {
-        gradient(s, begin, end, 1.0f / global);
-        mwms_strategy.all_reduce_gradients({{g.data(), g.size(), mwms::DataType::kFloat32}});
-        mwms::apply_gradient(opt, w.data(), g.data(), slots, w.size(), s + 1);
+      auto o = ps_options(mwms::TransportChoice::kShm, true);
+      o.optimizer = opt;
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
+      if (s.is_ps()) {
+        report(stats_text(s.join()));
+        return;
       }
-      mwms_strategy.finalize();
-      reference = w;
-      std::fill(w.begin(), w.end(), 0.0f);
+      s.create_variable({"dense/kernel", {features, outputs}}, w.data(), g.data());
+      s.initialize();
+      for (int step = 0; step < steps; ++step) {
+        gradient(step, begin, end, static_cast<float>(workers) / global);
+        s.apply_gradients();
+      }
+      s.finalize();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) differ += w[i] != reference[i];
+      report("differ=" + std::to_string(differ) + " w0=" + std::to_string(w[0]) +
+             " ref0=" + std::to_string(reference[0]) +
+             " shared=" + std::to_string(s.stats().shared_value_replies));
+    });
+    for (const ChildResult& r : results) {
+      INFO("rank " << r.rank << ": " << r.output);
+      REQUIRE(r.exit_code == 0);
+      // The initial pull and one reply per step.
+      const std::string replies = shared == "1" ? std::to_string(steps + 1) : "0";
+      if (r.rank < workers)
+        CHECK_THAT(r.output, Contains("differ=0 ") && Contains("shared=" + replies));
     }
-    auto o = ps_options(mwms::TransportChoice::kShm, true);
-    o.optimizer = opt;
-    mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
-    if (s.is_ps()) {
-      report(stats_text(s.join()));
-      return;
-    }
-    s.create_variable({"dense/kernel", {features, outputs}}, w.data(), g.data());
-    s.initialize();
-    for (int step = 0; step < steps; ++step) {
-      gradient(step, begin, end, static_cast<float>(workers) / global);
-      s.apply_gradients();
-    }
-    s.finalize();
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) differ += w[i] != reference[i];
-    report("differ=" + std::to_string(differ) + " w0=" + std::to_string(w[0]) +
-           " ref0=" + std::to_string(reference[0]));
-  });
-  for (const ChildResult& r : results) {
-    INFO("rank " << r.rank << ": " << r.output);
-    REQUIRE(r.exit_code == 0);
-    if (r.rank < workers) CHECK_THAT(r.output, Contains("differ=0 "));
   }
 }
 

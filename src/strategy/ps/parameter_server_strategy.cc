@@ -11,6 +11,7 @@
 // shared memory, TCP or MPI, control plane and heartbeat, MWMS_AUTH_KEY), so a ps and its workers
 // get the deadlines, death notices and authentication that collectives have.
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "collective/communicator_factory.h"
@@ -134,6 +135,12 @@ ParameterServerStats ParameterServerStrategy::join() {
     cfg.worker_names.push_back(m.job.cluster.task_name_of_rank(r) + " at " +
                                m.job.cluster.ring[static_cast<std::size_t>(r)]);
   }
+  for (int r = 0; r < m.cluster.num_workers; ++r) {
+    const auto& link = m.job.links[static_cast<std::size_t>(r)];
+    cfg.worker_shm.push_back(link != nullptr && std::string(link->caps().name) == "shm");
+  }
+  // Note [ps shared values] (ps_shared_values.h).
+  cfg.shared_values = common::env_string("MWMS_PS_SHARED_VALUES") != "0";
   cfg.chief = 0;
   cfg.timeout_seconds = m.timeout;
   cfg.ctx = m.ctx("ps serve");

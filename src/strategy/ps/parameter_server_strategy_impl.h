@@ -28,6 +28,7 @@
 #include "mwms/parameter_server.h"
 #include "strategy/ps/ps_checkpoint.h"
 #include "strategy/ps/ps_protocol.h"
+#include "strategy/ps/ps_shared_values.h"
 
 namespace mwms {
 
@@ -57,7 +58,16 @@ struct PsLink {
   std::vector<float> pull_pack;
   std::uint64_t version = 0;
   // One request in flight.
-  enum class Phase { kIdle, kHeader, kReason, kSegments, kSaved, kDone } phase = Phase::kIdle;
+  enum class Phase {
+    kIdle,
+    kHeader,
+    kReason,
+    kSegments,
+    kSaved,
+    kAddress,  // kReady's shared-values address is arriving
+    kShared,   // copying a kSharedValues reply from the ps's values (Note [ps shared values])
+    kDone
+  } phase = Phase::kIdle;
   PsKind expect = PsKind::kValues;
   std::size_t segment = 0;
   std::string reason;
@@ -66,6 +76,10 @@ struct PsLink {
   std::string saved;     // kSaved's payload
   std::string request;   // a save or restore request's payload (kept while being sent)
   PsStatus status = PsStatus::kApplied;
+  // Note [ps shared values]: the ps's values mapped read-only (null: replies carry them).
+  std::shared_ptr<SharedValues> shared;
+  std::string address;     // kReady's payload; what `shared` maps
+  std::size_t copied = 0;  // elements of a kSharedValues reply copied so far
 };
 
 }  // namespace strategy::ps::detail
@@ -108,6 +122,9 @@ struct ParameterServerStrategy::Impl {
   void expect(PsLink& l, strategy::ps::PsKind kind);
   void expect_segment(PsLink& l);
   void unpack(PsLink& l);
+  // kShared: copies what the ps has published of the reply; true when anything was copied.
+  // At the end it queues kCopied and the phase becomes kDone (Note [ps shared values]).
+  bool copy_shared(PsLink& l);
   [[noreturn]] void throw_failure(const PsLink& l, const ErrorContext& c);
   void on_message(PsLink& l, const ErrorContext& c);
   // A reply's first frame: its kind, version and status (or a refusal, or a failure's reason).

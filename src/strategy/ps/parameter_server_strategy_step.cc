@@ -6,6 +6,7 @@
 // apply_gradients() are one exchange each: a pull, or a push answered with the new values
 // (synchronous or asynchronous: Note [ps serving] in ps_server.h). The state is
 // parameter_server_strategy_impl.h.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -100,13 +101,27 @@ void ParameterServerStrategy::Impl::on_header(PsLink& l, const FrameHeader& h,
     channel->start_recv(l.rank, l.reason.data(), l.reason.size());
     return;
   }
-  if (h.kind != static_cast<std::uint8_t>(l.expect)) {
+  const bool shared_reply = h.kind == static_cast<std::uint8_t>(PsKind::kSharedValues) &&
+                            l.expect == PsKind::kValues && l.shared != nullptr;
+  if (h.kind != static_cast<std::uint8_t>(l.expect) && !shared_reply) {
     throw PeerError(l.name + " answered " + collective::describe(h) + " where a " +
                         strategy::ps::kind_name(l.expect) + " reply was expected", pc);
   }
   l.version = h.seq;
   if (l.expect == PsKind::kReady) {
-    l.phase = PsLink::Phase::kDone;
+    if (h.count == 0) {  // replies will carry the values
+      l.shared.reset();
+      l.address.clear();
+      l.phase = PsLink::Phase::kDone;
+      return;
+    }
+    if (h.count > strategy::ps::kMaxSharedAddressBytes) {
+      throw PeerError(
+          l.name + " sent a shared-values address of " + std::to_string(h.count) + " bytes", pc);
+    }
+    l.reason.assign(static_cast<std::size_t>(h.count), '\0');
+    l.phase = PsLink::Phase::kAddress;
+    channel->start_recv(l.rank, l.reason.data(), l.reason.size());
     return;
   }
   if (l.expect == PsKind::kSaved) {
@@ -124,6 +139,13 @@ void ParameterServerStrategy::Impl::on_header(PsLink& l, const FrameHeader& h,
   }
   l.status = static_cast<PsStatus>(h.count);
   l.segment = 0;
+  if (shared_reply) {  // Note [ps shared values]: copied from the ps's values as they are final
+    ++stats.shared_value_replies;
+    l.copied = 0;
+    l.phase = PsLink::Phase::kShared;
+    copy_shared(l);
+    return;
+  }
   if (l.layout.segments.empty()) {
     l.phase = PsLink::Phase::kDone;
     return;
@@ -149,6 +171,18 @@ void ParameterServerStrategy::Impl::on_message(PsLink& l, const ErrorContext& c)
     case PsLink::Phase::kSaved:
       l.phase = PsLink::Phase::kDone;
       return;
+    case PsLink::Phase::kAddress:
+      if (l.shared == nullptr || l.address != l.reason) {
+        try {
+          l.shared = strategy::ps::SharedValues::open(l.reason, l.layout.total);
+        } catch (const BootstrapError& e) {
+          throw BootstrapError(l.name + ": " + e.message(), pc);
+        }
+        l.address = l.reason;
+      }
+      l.phase = PsLink::Phase::kDone;
+      return;
+    case PsLink::Phase::kShared:
     case PsLink::Phase::kSegments:
       strategy::ps::check_segment(h, l.layout, l.segment, l.version, pc);
       if (++l.segment < l.layout.segments.size()) {
@@ -164,15 +198,44 @@ void ParameterServerStrategy::Impl::on_message(PsLink& l, const ErrorContext& c)
   }
 }
 
+bool ParameterServerStrategy::Impl::copy_shared(PsLink& l) {
+  const std::size_t total = l.layout.total;
+  const std::size_t ready = l.shared->ready();
+  bool moved = false;
+  if (ready > l.copied) {
+    const float* src = l.shared->data();
+    for (std::size_t k = 0; k < l.shards.size(); ++k) {
+      const std::size_t off = l.layout.shard_offset[k];
+      const std::size_t lo = std::max(off, l.copied);
+      const std::size_t hi = std::min(off + l.shards[k]->count, ready);
+      if (lo < hi) {
+        std::memcpy(value_of(*l.shards[k]) + (lo - off), src + lo, (hi - lo) * sizeof(float));
+      }
+    }
+    l.copied = ready;
+    moved = true;
+  }
+  if (l.copied < total) return moved;
+  channel->queue_send(l.rank, strategy::ps::envelope(PsKind::kCopied, l.version), nullptr, 0);
+  l.phase = PsLink::Phase::kDone;
+  return true;
+}
+
 void ParameterServerStrategy::Impl::run(const char* op, const char* waiting_for) {
   const ErrorContext c = ctx(op);
   auto last = common::Clock::now();
   for (;;) {
-    const bool moved = channel->pump(c);
+    bool moved = channel->pump(c);
     bool all = true;
+    bool copying = false;
     for (PsLink& l : links) {
       if (channel->failed(l.rank)) throw_failure(l, c);
-      if (l.phase != PsLink::Phase::kDone && channel->recv_done(l.rank)) on_message(l, c);
+      if (l.phase == PsLink::Phase::kShared) {
+        moved = copy_shared(l) || moved;
+      } else if (l.phase != PsLink::Phase::kDone && channel->recv_done(l.rank)) {
+        on_message(l, c);
+      }
+      copying = copying || l.phase == PsLink::Phase::kShared;
       all = all && l.phase == PsLink::Phase::kDone;
     }
     if (all) {
@@ -195,7 +258,8 @@ void ParameterServerStrategy::Impl::run(const char* op, const char* waiting_for)
                            x);
       }
     }
-    channel->wait(0.05, c);
+    // The ps publishes a shared reply's progress in its memory, not on the link: look again soon.
+    channel->wait(copying ? 0.0002 : 0.05, c);
   }
 }
 

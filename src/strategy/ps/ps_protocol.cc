@@ -92,13 +92,15 @@ const char* kind_name(PsKind kind) noexcept {
     case PsKind::kSaved: return "saved";
     case PsKind::kRestore: return "restore";
     case PsKind::kFailed: return "failed";
+    case PsKind::kSharedValues: return "shared values";
+    case PsKind::kCopied: return "copied";
   }
   return "?";
 }
 
 bool is_ps_kind(std::uint8_t kind) noexcept {
   return kind >= static_cast<std::uint8_t>(PsKind::kInit) &&
-         kind <= static_cast<std::uint8_t>(PsKind::kFailed);
+         kind <= static_cast<std::uint8_t>(PsKind::kCopied);
 }
 
 std::string encode_saved(const ShardFileStamp& stamp) {

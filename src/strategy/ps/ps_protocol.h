@@ -11,7 +11,12 @@
 //   pull      worker -> ps  kPull                                               -> kValues
 //   goodbye   worker -> ps  kBye(count = 1 from the chief: the job ends)
 //   kValues   ps -> worker  kValues(seq = version, count = PsStatus) + values (segments)
-//   kReady    ps -> worker  kReady(seq = version)
+//   kSharedValues ps -> worker  kSharedValues(seq = version, count = PsStatus): instead of
+//                           kValues when the worker maps the ps's values (Note [ps shared
+//                           values] in ps_shared_values.h); it copies them from there, then
+//   copied    worker -> ps  kCopied(seq = version): that copy is done (before any other request)
+//   kReady    ps -> worker  kReady(seq = version, count = n) + the shared values' address(n),
+//                           n = 0 (nothing follows) when the worker receives kValues
 //   kRefused  ps -> worker  kRefused(count = n) + reason text(n)
 //   save      chief -> ps   kSave(seq = checkpoint step, count = n) + directory(n)
 //                                                                -> kSaved or kFailed
@@ -56,6 +61,8 @@ enum class PsKind : std::uint8_t {
   kSaved = 0x4A,
   kRestore = 0x4B,
   kFailed = 0x4C,
+  kSharedValues = 0x4D,
+  kCopied = 0x4E,
 };
 const char* kind_name(PsKind kind) noexcept;
 bool is_ps_kind(std::uint8_t kind) noexcept;

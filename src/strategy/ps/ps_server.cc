@@ -6,6 +6,7 @@
 // drop a lost worker (or end the job when the chief is lost). The state is ps_server_state.h.
 #include "strategy/ps/ps_server.h"
 
+#include <chrono>
 #include <exception>
 #include <string>
 #include <utility>
@@ -34,6 +35,16 @@ void PsServer::State::send_values(Worker& w, PsStatus status) {
 }
 
 void PsServer::State::queue_values(Worker& w, PsStatus status, bool gated) {
+  if (w.mapped) {  // Note [ps shared values]: it copies them from `values` itself
+    ch.queue_send(
+        w.rank,
+        envelope(PsKind::kSharedValues, version, static_cast<std::uint64_t>(status), cfg.ps_index),
+        nullptr, 0);
+    w.reading = true;
+    ++stats.shared_value_replies;
+    stats.bytes_pulled[0] += bytes();
+    return;
+  }
   ch.queue_send(w.rank, envelope(PsKind::kValues, version, static_cast<std::uint64_t>(status),
                                  cfg.ps_index),
                 nullptr, 0);
@@ -44,6 +55,17 @@ void PsServer::State::queue_values(Worker& w, PsStatus status, bool gated) {
                                  values.data() + s.element_offset, n, gated ? 0 : n);
   }
   stats.bytes_pulled[0] += bytes();
+}
+
+void PsServer::State::send_ready(Worker& w) {
+  w.joined = true;
+  w.mapped = w.shm && values.shared != nullptr;
+  w.address = w.mapped ? values.shared->address() : std::string();
+  ch.queue_send(w.rank, envelope(PsKind::kReady, version, w.address.size(), cfg.ps_index), nullptr,
+                0);
+  if (!w.mapped) return;
+  ch.queue_send(w.rank, envelope(PsKind::kData, version, w.address.size(), cfg.ps_index),
+                w.address.data(), w.address.size());
 }
 
 void PsServer::State::send_reason(Worker& w, PsKind kind, std::string reason) {
@@ -82,6 +104,61 @@ void PsServer::State::drain_sends() {
   }
 }
 
+void PsServer::State::on_copied(Worker& w, const FrameHeader& h, const ErrorContext& c) {
+  if (!w.reading || h.seq > version) {
+    throw PeerError("said it copied version " + std::to_string(h.seq) +
+                        " of the shared values "
+                        "without a reply to copy",
+                    c);
+  }
+  w.reading = false;
+  expect_request(w);
+}
+
+// Note [ps shared values]: every live reader is waited for (its kCopied is the next message on
+// its link); one that dies or is lost meanwhile fails its link (heartbeat, death checks in
+// wait) and is no longer waited for.
+void PsServer::State::begin_update() {
+  drain_sends();
+  const ErrorContext c = ctx("ps update (waiting for a worker's copy of the shared values)");
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    bool waiting = false;
+    const bool late =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        cfg.timeout_seconds;
+    for (Worker& x : workers) {
+      if (!x.reading || x.lost || ch.failed(x.rank) || ch.retired(x.rank)) continue;
+      if (x.phase != Phase::kRequest || !ch.recv_done(x.rank)) {
+        if (late) {  // alive but not copying: dropped as a frozen worker is
+          ErrorContext xc = peer_ctx(x, "ps update");
+          xc.elapsed_seconds = cfg.timeout_seconds;
+          ch.fail(x.rank, std::make_exception_ptr(TimeoutError(
+                              "did not finish copying the shared values in " +
+                                  std::to_string(static_cast<int>(cfg.timeout_seconds)) + " s",
+                              xc)));
+          continue;
+        }
+        waiting = true;
+        continue;
+      }
+      const FrameHeader& h = ch.recv_header(x.rank);
+      if (h.kind != static_cast<std::uint8_t>(PsKind::kCopied) || h.payload_bytes != 0) {
+        ch.fail(x.rank, std::make_exception_ptr(PeerError("sent " + collective::describe(h) +
+                                                              " before saying it copied the "
+                                                              "shared values",
+                                                          peer_ctx(x, "ps update"))));
+        continue;
+      }
+      x.reading = false;
+      expect_request(x);
+    }
+    if (!waiting) break;
+    if (!ch.pump(c)) ch.wait(0.001, c);
+  }
+  values.reset();
+}
+
 PsServer::PsServer(MessageChannel& channel, ServerConfig config)
     : st_(std::make_unique<State>(channel, std::move(config))) {}
 PsServer::~PsServer() = default;
@@ -105,6 +182,9 @@ void PsServer::State::on_request(Worker& w) {
     case PsKind::kPush:
     case PsKind::kPull:
       on_pull_or_push(w, h, c);
+      return;
+    case PsKind::kCopied:
+      on_copied(w, h, c);
       return;
     case PsKind::kBye:
       w.bye = true;
@@ -223,6 +303,7 @@ ParameterServerStats PsServer::serve() {
     Worker w;
     w.rank = s.cfg.workers[i];
     w.name = s.cfg.worker_names[i];
+    w.shm = i < s.cfg.worker_shm.size() && s.cfg.worker_shm[i] != 0;
     s.workers.push_back(std::move(w));
   }
   for (Worker& w : s.workers) s.expect_request(w);

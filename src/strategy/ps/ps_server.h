@@ -32,6 +32,8 @@ struct ServerConfig {
   int ps_index = 0;
   std::vector<int> workers;   // ranks of the training tasks, in task id order
   std::vector<std::string> worker_names;
+  std::vector<char> worker_shm;  // by worker: its link is shared memory (Note [ps shared values])
+  bool shared_values = false;    // keep the values in shared memory for those workers
   int chief = 0;              // rank of the chief (or worker 0)
   double timeout_seconds = 300;
   ErrorContext ctx;           // this task's rank and name

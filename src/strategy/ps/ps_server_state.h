@@ -12,14 +12,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "collective/engine/message_channel.h"
+#include "common/logging.h"
+#include "mwms/errors.h"
 #include "mwms/optimizer.h"
 #include "strategy/ps/ps_protocol.h"
 #include "strategy/ps/ps_server.h"
+#include "strategy/ps/ps_shared_values.h"
 
 namespace mwms::strategy::ps {
 
@@ -54,6 +58,52 @@ struct Worker {
   PsStatus deferred_status = PsStatus::kApplied;
   bool save_deferred = false;   // a save waits for the streamed apply to end
   std::uint64_t push_waiting = 0;  // a push waits to stream (its place in line; 0: none)
+  // Note [ps shared values] (ps_shared_values.h)
+  bool shm = false;      // its link is shared memory: it may map the values
+  bool mapped = false;   // it got their address in kReady: its replies are kSharedValues
+  bool reading = false;  // it is copying a kSharedValues reply (until its kCopied)
+  std::string address;   // kReady's payload (kept while being sent)
+};
+
+// The ps's flat buffer of values: its own memory, or shared memory that the workers on its host
+// map (Note [ps shared values]); publish() and reset() track an update's progress there.
+struct Values {
+  std::vector<float> own;
+  std::unique_ptr<SharedValues> shared;
+  float* ptr = nullptr;
+  std::size_t n = 0;
+
+  float* data() const noexcept { return ptr; }
+  std::size_t size() const noexcept { return n; }
+  // `count` zeros; in shared memory with `share` (the same memory again for the same count).
+  void assign(std::size_t count, bool share) {
+    if (share && (shared == nullptr || shared->count() != count)) {
+      try {
+        shared = SharedValues::create(count);
+      } catch (const BackendError& e) {  // a /dev/shm too small: the links carry them instead
+        MWMS_LOG_WARN(kStrat, "ps values stay in this process's memory (MWMS_PS_SHARED_VALUES): "
+                                  << e.message());
+        share = false;
+      }
+    }
+    if (share) {
+      own.clear();
+      ptr = shared->data();
+      std::fill(ptr, ptr + count, 0.0f);
+      shared->publish(count);
+    } else {
+      shared.reset();
+      own.assign(count, 0.0f);
+      ptr = own.data();
+    }
+    n = count;
+  }
+  void publish(std::size_t elements) noexcept {
+    if (shared != nullptr) shared->publish(elements);
+  }
+  void reset() noexcept {
+    if (shared != nullptr) shared->reset();
+  }
 };
 
 }  // namespace detail
@@ -70,7 +120,7 @@ struct PsServer::State {
   JobDescription job;
   Layout layout;
   OptimizerOptions optimizer;
-  std::vector<float> values;
+  detail::Values values;
   std::vector<std::vector<float>> slots;
   std::vector<float*> slot_ptrs;
   std::vector<float> accum;     // synchronous: the sum of this version's gradients
@@ -128,10 +178,18 @@ struct PsServer::State {
   // kValues at this version + every segment, sent from `values`. Gated: none of the values go
   // out until set_ready(w.tickets[segment], ...) lets them (Note [ps step pipeline]).
   void queue_values(Worker& w, PsStatus status, bool gated);
-  void send_ready(Worker& w) {
-    w.joined = true;
-    ch.queue_send(w.rank, envelope(PsKind::kReady, version, 0, cfg.ps_index), nullptr, 0);
+  // kReady, with the shared values' address for a worker that may map them.
+  void send_ready(Worker& w);
+  // Lets the first `bytes` of segment `segment` of x's gated reply out (ring replies only: a
+  // kSharedValues reader follows values.publish()).
+  void let_out(Worker& x, std::size_t segment, std::size_t bytes) noexcept {
+    if (!x.mapped) ch.set_ready(x.rank, x.tickets[segment], bytes);
   }
+  // Before anything changes `values` (Note [ps serving], Note [ps shared values]): no reply in
+  // flight reads them, no worker still copies them, and the progress starts from 0.
+  void begin_update();
+  // A reader's kCopied (Note [ps shared values]).
+  void on_copied(Worker& w, const collective::FrameHeader& h, const ErrorContext& c);
   // kRefused / kFailed + the reason (kept in w.refusal while it is sent).
   void send_reason(Worker& w, PsKind kind, std::string reason);
   void refuse(Worker& w, std::string reason);

@@ -63,10 +63,9 @@ void PsServer::State::ApplySink::consume(std::size_t offset, const char* data, s
     if (st.fused) {
       st.fused_range(first, a, reinterpret_cast<const float*>(data), count);
       // Final for this version: every reply may carry these bytes now (Note [ps fused step]).
+      st.values.publish(first + count);
       for (Worker& x : st.workers) {
-        if (awaits_values(x) || &x == &w) {
-          st.ch.set_ready(x.rank, x.tickets[w.segment], offset + bytes);
-        }
+        if (awaits_values(x) || &x == &w) st.let_out(x, w.segment, offset + bytes);
       }
       return;
     }
@@ -80,7 +79,8 @@ void PsServer::State::ApplySink::consume(std::size_t offset, const char* data, s
   }
   st.apply_range(first, reinterpret_cast<const float*>(data), count);
   // These values are final for this version: the reply may carry them now.
-  if (w.reply_streamed) st.ch.set_ready(w.rank, w.tickets[w.segment], offset + bytes);
+  st.values.publish(first + count);
+  if (w.reply_streamed) st.let_out(w, w.segment, offset + bytes);
 }
 
 void PsServer::State::apply_range(std::size_t first, const float* grad, std::size_t count) {
@@ -90,9 +90,10 @@ void PsServer::State::apply_range(std::size_t first, const float* grad, std::siz
 }
 
 void PsServer::State::apply(const float* grad) {
-  drain_sends();
+  begin_update();
   ++version;
   apply_range(0, grad, layout.total);
+  values.publish(layout.total);
   stats.global_step = static_cast<std::int64_t>(version);
 }
 
@@ -119,7 +120,7 @@ void PsServer::State::start_streaming(Worker& w) {
     if (accumulated + 1 >= step_needs()) begin_fused_step(w);
     return;
   }
-  drain_sends();
+  begin_update();
   const std::uint64_t stale = version - w.version;
   ++stats.staleness_histogram[std::min<std::size_t>(stale, kStalenessBuckets - 1)];
   ++version;
@@ -132,6 +133,8 @@ void PsServer::State::start_streaming(Worker& w) {
 // next push in line starts with start_next_push(), once the caller has accounted for this one.
 void PsServer::State::end_streaming() {
   if (streaming == nullptr) return;
+  // Whole (or all there will be, when its worker was lost mid-push): Note [ps shared values].
+  values.publish(layout.total);
   streaming->streamed = false;
   streaming->reply_streamed = false;
   streaming = nullptr;
@@ -278,7 +281,7 @@ void PsServer::State::maybe_complete_step() {
   const MeanScale mean = mean_scale(accumulated);
   stats.applied += accumulated;
   accumulated = 0;
-  drain_sends();
+  begin_update();
   ++version;
   stats.global_step = static_cast<std::int64_t>(version);
   // Note [ps step pipeline]: every held reply is queued now and let out chunk by chunk as the
@@ -296,13 +299,12 @@ void PsServer::State::maybe_complete_step() {
     divide(a, n, mean);  // ConditionalAccumulator.take_grad: mean
     apply_range(first, a, n);
     const std::size_t done = first + n;
+    values.publish(done);
     while (segment < layout.segments.size()) {
       const Segment& sg = layout.segments[segment];
       const std::size_t upto = std::min(done, sg.element_offset + sg.count);
       for (Worker& x : workers) {
-        if (awaits_values(x)) {
-          ch.set_ready(x.rank, x.tickets[segment], (upto - sg.element_offset) * sizeof(float));
-        }
+        if (awaits_values(x)) let_out(x, segment, (upto - sg.element_offset) * sizeof(float));
       }
       if (upto < sg.element_offset + sg.count) break;
       ++segment;
@@ -328,7 +330,7 @@ void PsServer::State::maybe_complete_step() {
 // step counts them only, and the replies go out as after any step. Training tolerates such a
 // step as asynchronous mode tolerates a partial stale update.
 void PsServer::State::begin_fused_step(Worker& w) {
-  drain_sends();  // Note [ps serving]: no reply of the last version is still reading `values`
+  begin_update();  // Note [ps serving]: no reply of the last version still reads `values`
   fused = true;
   fused_count = accumulated + 1;
   fused_done = 0;
@@ -395,6 +397,7 @@ void PsServer::State::finish_fused_step_without(Worker& lost) {
     divide(a, n, mean_scale(others));
     apply_range(first, a, n);
   }
+  values.publish(layout.total);
   fused = false;
   stats.applied += others;
   accumulated = 0;
@@ -402,7 +405,7 @@ void PsServer::State::finish_fused_step_without(Worker& lost) {
   for (Worker& x : workers) {
     if (!awaits_values(x)) continue;
     for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-      ch.set_ready(x.rank, x.tickets[i], layout.segments[i].count * sizeof(float));
+      let_out(x, i, layout.segments[i].count * sizeof(float));
     }
     expect_request(x);
   }

@@ -13,10 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <new>
 #include <random>
+#include <string>
 
+#include "collective/transport/shm/memfd.h"
 #include "common/descriptors.h"
 #include "mwms/errors.h"
 
@@ -28,7 +29,7 @@ constexpr std::uint64_t kMagic = 0x314d4853534d574dULL;  // "MWMSSHM1" little en
 constexpr std::uint32_t kVersion = 2;                    // 2: the flat area after the header page
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kDoorbellOffset = 1024;  // past the header, on a 64-byte line of its own
-constexpr std::size_t kMaxAddressBytes = 128;  // addresses come off the wire: bounded
+constexpr std::size_t kMaxAddressBytes = kMaxMemfdAddressBytes;  // off the wire: bounded
 // Bounds on ring and world size, checked before total_bytes() multiplies them: 2^20 slots of
 // 2^32 + 4 KiB bytes stay below 2^53, so neither a size nor a slot offset can wrap.
 constexpr std::uint64_t kMaxRingBytes = 1ULL << 32;
@@ -71,87 +72,6 @@ std::size_t total_bytes(int world_size, std::size_t ring_bytes) {
 
 std::string errno_text(int err) { return common::errno_description(err); }
 
-[[noreturn]] void throw_os(const std::string& what, int err) {
-  throw BackendError("shared memory: " + what + " failed: " + errno_text(err) +
-                         " (set MWMS_SHM_DISABLE=1 to use TCP between ranks on this host)",
-                     err);
-}
-
-// The nonce only has to differ between segments (a recycled pid:fd names another file), not to
-// be secret: where getrandom is missing (ENOSYS before Linux 3.17, a seccomp filter),
-// std::random_device does.
-void random_nonce(std::uint64_t out[2]) {
-  if (::getrandom(out, 2 * sizeof(std::uint64_t), 0) == 2 * sizeof(std::uint64_t)) return;
-  std::random_device rd;
-  for (int i = 0; i < 2; ++i) {
-    out[i] = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }
-}
-
-// Parses a non-negative decimal of at most 19 digits; false for anything else. 19 digits stay
-// below 2^64, so the accumulation below cannot wrap.
-bool parse_decimal(const std::string& s, std::uint64_t* out) {
-  if (s.empty() || s.size() > 19) return false;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  *out = v;
-  return true;
-}
-
-bool parse_hex64(const std::string& s, std::uint64_t* out) {
-  if (s.size() != 16) return false;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return false;
-    v = (v << 4) | static_cast<std::uint64_t>(d);
-  }
-  *out = v;
-  return true;
-}
-
-struct Address {
-  std::uint64_t pid = 0;
-  std::uint64_t fd = 0;
-  std::uint64_t bytes = 0;
-  std::uint64_t nonce[2] = {0, 0};
-};
-
-// "pid:fd:bytes:nonce" with a 32-hex-digit nonce; the address came off the wire: bound it all.
-bool parse_address(const std::string& text, Address* a) {
-  if (text.size() > kMaxAddressBytes) return false;
-  std::string parts[4];
-  std::size_t at = 0;
-  for (int i = 0; i < 4; ++i) {
-    std::size_t end = i < 3 ? text.find(':', at) : text.size();
-    if (end == std::string::npos) return false;
-    parts[i] = text.substr(at, end - at);
-    at = end + 1;
-  }
-  // pid and fd must fit an int (Linux's pid_max is at most 2^22); the nonce is 2 x 64 bits.
-  return parse_decimal(parts[0], &a->pid) && a->pid > 0 && a->pid < (1u << 30) &&
-         parse_decimal(parts[1], &a->fd) && a->fd < (1u << 30) &&
-         parse_decimal(parts[2], &a->bytes) && parts[3].size() == 32 &&
-         parse_hex64(parts[3].substr(0, 16), &a->nonce[0]) &&
-         parse_hex64(parts[3].substr(16), &a->nonce[1]);
-}
-
-// Note [shm prefault]: maps the pages of [p, p + bytes) (page aligned) into this process without
-// changing a byte; returns 0 or the errno of a failed allocation.
-int prefault(char* p, std::size_t bytes) {
-  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return 0;
-  // EINVAL: this kernel does not know MADV_POPULATE_WRITE; every other errno is a real failure.
-  if (errno != EINVAL) return errno;  // ENOMEM, EFAULT: the pages could not be allocated
-  // A kernel before 5.14: a read maps a page of a shared mapping (with its write permission).
-  for (std::size_t off = 0; off < bytes; off += kPage) {
-    (void)*static_cast<volatile char*>(p + off);  // volatile: the compiler must keep the read
-  }
-  return 0;
-}
-
 }  // namespace
 
 std::size_t shm_slot_bytes(std::size_t ring_bytes) noexcept {
@@ -186,23 +106,23 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
   // CLOEXEC: a program the caller execs must not inherit (and keep alive) the segment; peers
   // reach it through /proc/<pid>/fd, which needs only this process to hold the fd.
   s->fd_ = ::memfd_create("mwms-shm", MFD_CLOEXEC);
-  if (s->fd_ < 0) throw_os("memfd_create", errno);
+  if (s->fd_ < 0) throw_shm_error("memfd_create", errno);
   segments_created.fetch_add(1, std::memory_order_relaxed);
   // Sized for every possible sender but sparse: only reserve()d slots ever get pages.
   if (::ftruncate(s->fd_, static_cast<off_t>(s->size_)) != 0) {
-    throw_os("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
+    throw_shm_error("ftruncate to " + std::to_string(s->size_) + " bytes", errno);
   }
   // The header page and the flat area are written from now on: allocate them first, so a full
   // shm fails here, not with SIGBUS.
   int rc = ::posix_fallocate(s->fd_, 0, static_cast<off_t>(kFrontBytes));
   // EOPNOTSUPP: a file system without fallocate; go on without the early check.
-  if (rc != 0 && rc != EOPNOTSUPP) throw_os("allocating the header page and flat area", rc);
+  if (rc != 0 && rc != EOPNOTSUPP) throw_shm_error("allocating the header page and flat area", rc);
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
-  if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
+  if (p == MAP_FAILED) throw_shm_error("mmap of " + std::to_string(s->size_) + " bytes", errno);
   s->base_ = static_cast<char*>(p);
   // Note [shm prefault]: the flat all-reduce's first calls must not take page faults.
   rc = prefault(s->base_, kFrontBytes);
-  if (rc != 0) throw_os("mapping the header page and flat area", rc);
+  if (rc != 0) throw_shm_error("mapping the header page and flat area", rc);
   random_nonce(s->nonce_);
   auto* h = reinterpret_cast<SegmentHeader*>(s->base_);
   h->version = kVersion;
@@ -225,8 +145,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int rank, int world_size, std::si
 
 std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int owner, int world_size,
                                              const std::string& job_fingerprint) {
-  Address a;
-  if (!parse_address(address, &a)) {
+  MemfdAddress a;
+  if (!parse_memfd_address(address, &a)) {
     throw BootstrapError("its shared-memory address \"" + address.substr(0, kMaxAddressBytes) +
                          "\" is malformed (expected pid:fd:bytes:nonce)");
   }
@@ -271,12 +191,12 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& address, int own
   s->nonce_[0] = h.nonce[0];
   s->nonce_[1] = h.nonce[1];
   void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
-  if (p == MAP_FAILED) throw_os("mmap of " + std::to_string(s->size_) + " bytes", errno);
+  if (p == MAP_FAILED) throw_shm_error("mmap of " + std::to_string(s->size_) + " bytes", errno);
   s->base_ = static_cast<char*>(p);
   // Note [shm prefault]: this rank reads the owner's flat area (Note [flat slots]) from its first
   // small all-reduce on.
   const int rc = prefault(s->base_ + kPage, kFlatAreaBytes + kFlatStageAreaBytes);
-  if (rc != 0) throw_os("mapping the peer's flat and staging areas", rc);
+  if (rc != 0) throw_shm_error("mapping the peer's flat and staging areas", rc);
   return s;
 }
 
@@ -285,13 +205,7 @@ ShmSegment::~ShmSegment() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string ShmSegment::address() const {
-  char buf[kMaxAddressBytes];
-  std::snprintf(buf, sizeof(buf), "%d:%d:%zu:%016llx%016llx", static_cast<int>(::getpid()), fd_,
-                size_, static_cast<unsigned long long>(nonce_[0]),
-                static_cast<unsigned long long>(nonce_[1]));
-  return buf;
-}
+std::string ShmSegment::address() const { return format_memfd_address(fd_, size_, nonce_); }
 
 ByteRing ShmSegment::inbound(int sender) const {
   char* slot = base_ + slot_offset(sender);
