@@ -592,3 +592,52 @@ TEST_CASE("a worker killed in the middle of the push that completes a synchronou
     });
   }
 }
+
+// A synchronous push made stale by a completed step is received whole (not streamed); it may
+// complete while the next push streams and must not end that stream (it once did: the ps then
+// let the held replies out half-updated and crashed on the stream's next bytes). Worker 1 is
+// slow (replicas_to_aggregate = 1), so most of its pushes are stale; every reply must hold
+// exactly -lr x g x step, both with the ps's values shared and through the links.
+TEST_CASE("a stale push received whole while the next push streams leaves that stream alone",
+          "[multiproc][ps]") {
+  const int workers = 2, num_ps = 1;
+  for (const std::string shared : {"1", "0"}) {
+    INFO("MWMS_PS_SHARED_VALUES=" << shared);
+    LaunchOptions opts;
+    opts.world_size = workers + num_ps;
+    opts.timeout_seconds = 120;
+    auto results = run_ranks(opts, [&](int rank, const std::string& tf, const Report& report) {
+      ::setenv("MWMS_PS_SHARED_VALUES", shared.c_str(), 1);
+      auto o = ps_options(mwms::TransportChoice::kShm, true, 30);
+      o.replicas_to_aggregate = 1;
+      mwms::ParameterServerStrategy s(mwms::resolve_tf_config(ps_tf_config(tf, rank, num_ps)), o);
+      if (s.is_ps()) {
+        report(stats_text(s.join()));
+        return;
+      }
+      const std::size_t n = std::size_t{1} << 22;  // 16 MB: a push takes milliseconds
+      std::vector<float> v(n), g(n, 1.0f);
+      s.create_variable({"big", {static_cast<std::int64_t>(n)}}, v.data(), g.data(),
+                        [](float* p, std::size_t k) { std::fill(p, p + k, 0.0f); });
+      s.initialize();
+      int bad = 0;
+      const int steps = rank == 0 ? 60 : 15;
+      for (int i = 0; i < steps && !s.should_stop(); ++i) {
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const std::int64_t step = s.apply_gradients();
+        float want = 0;  // as the ps computes it: one SGD step of lr 0.25 per global step
+        for (std::int64_t k = 0; k < step; ++k) want -= 0.25f;
+        for (std::size_t k = 0; k < n; k += 4093) bad += v[k] != want;
+      }
+      report("bad=" + std::to_string(bad) + " dropped=" + std::to_string(s.stats().dropped_stale));
+      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      s.finalize();
+    });
+    for (const ChildResult& r : results) {
+      INFO("rank " << r.rank << ": " << r.output);
+      REQUIRE(r.exit_code == 0);
+      if (r.rank < workers) CHECK_THAT(r.output, Contains("bad=0 "));
+    }
+    CHECK_THAT(results[1].output, !Contains("dropped=0"));  // the case happened
+  }
+}

@@ -201,6 +201,14 @@ void ParameterServerStrategy::Impl::on_message(PsLink& l, const ErrorContext& c)
 bool ParameterServerStrategy::Impl::copy_shared(PsLink& l) {
   const std::size_t total = l.layout.total;
   const std::size_t ready = l.shared->ready();
+  if (ready < l.copied) {
+    // The ps started its next update under this copy: it gave up on this worker (Note [ps
+    // shared values]: a reader it judged frozen); what was copied is not one version.
+    throw PeerError(l.name +
+                        " changed its shared values while this worker copied them (it "
+                        "dropped this worker as too slow)",
+                    channel->with_peer(ctx("ps pull"), l.rank));
+  }
   bool moved = false;
   if (ready > l.copied) {
     const float* src = l.shared->data();

@@ -124,25 +124,32 @@ void PsServer::State::begin_update() {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     bool waiting = false;
-    const bool late =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-        cfg.timeout_seconds;
+    // Half the timeout: the workers waiting for this update count theirs from a little earlier,
+    // and must see it go on without the frozen reader rather than time out themselves.
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool late = waited > cfg.timeout_seconds / 2;
     for (Worker& x : workers) {
       if (!x.reading || x.lost || ch.failed(x.rank) || ch.retired(x.rank)) continue;
       if (x.phase != Phase::kRequest || !ch.recv_done(x.rank)) {
         if (late) {  // alive but not copying: dropped as a frozen worker is
           ErrorContext xc = peer_ctx(x, "ps update");
-          xc.elapsed_seconds = cfg.timeout_seconds;
-          ch.fail(x.rank, std::make_exception_ptr(TimeoutError(
-                              "did not finish copying the shared values in " +
-                                  std::to_string(static_cast<int>(cfg.timeout_seconds)) + " s",
-                              xc)));
+          xc.elapsed_seconds = waited;
+          ch.fail(x.rank, std::make_exception_ptr(
+                              TimeoutError("did not finish copying the shared values in " +
+                                               std::to_string(static_cast<int>(waited)) + " s",
+                                           xc)));
           continue;
         }
         waiting = true;
         continue;
       }
       const FrameHeader& h = ch.recv_header(x.rank);
+      if (h.kind == static_cast<std::uint8_t>(PsKind::kBye) && h.payload_bytes == 0) {
+        x.reading = false;  // a copy cut short (another ps failed), then finalize(): goodbye
+        on_request(x);
+        continue;
+      }
       if (h.kind != static_cast<std::uint8_t>(PsKind::kCopied) || h.payload_bytes != 0) {
         ch.fail(x.rank, std::make_exception_ptr(PeerError("sent " + collective::describe(h) +
                                                               " before saying it copied the "

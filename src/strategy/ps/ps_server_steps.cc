@@ -216,8 +216,10 @@ void PsServer::State::on_pull_or_push(Worker& w, const FrameHeader& h, const Err
 void PsServer::State::on_push(Worker& w) {
   const bool streamed = w.streamed;
   const bool replied = w.reply_streamed;
-  end_streaming();
-  if (fused) {  // Note [ps fused step]: applied and replied as it arrived
+  // Only the push that streams ends the stream: one received whole (made stale by a completed
+  // step, or after the job ended) may complete while the next push streams.
+  if (streamed) end_streaming();
+  if (fused && streamed) {  // Note [ps fused step]: applied and replied as it arrived
     end_fused_step(w);
     return;
   }

@@ -85,7 +85,8 @@ std::unique_ptr<SharedValues> SharedValues::open(const std::string& address, std
   if (s->fd_ < 0) {
     throw BootstrapError("cannot open its shared values " + path + ": " +
                          common::errno_description(errno) +
-                         " (set MWMS_PS_SHARED_VALUES=0 to receive them through the link)");
+                         " (set MWMS_PS_SHARED_VALUES=0 for the ps task to send them "
+                         "through the link instead)");
   }
   // As ShmSegment::open: everything is checked through fstat and pread before anything is mapped.
   struct stat st;
