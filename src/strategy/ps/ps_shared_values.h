@@ -20,8 +20,11 @@
 //   ring replies did (Note [ps step pipeline]); at rest it is the whole buffer.
 // - readers: from kSharedValues on, the worker is reading; it says kCopied once its copy is
 //   done, before any other request. The ps starts no update (begin_update) while a worker that
-//   is still alive is reading: it waits for its kCopied (a worker that dies or is lost meanwhile
-//   is no longer waited for, within the heartbeat's deadline).
+//   is still alive is reading: it waits for its kCopied. A worker that dies or is lost meanwhile
+//   is no longer waited for (the heartbeat's deadline); one still alive after half the timeout
+//   is dropped as frozen (the workers waiting for the update then see it go on), and if it was
+//   still copying it sees `ready` fall below what it copied and fails naming the ps instead of
+//   returning a mix of two versions. A goodbye instead of kCopied (a copy cut short) is taken.
 // - order: the ps resets `ready` before it sends the kSharedValues of the next version, and a
 //   worker reads `ready` only after that header (the ring's release/acquire), so it never takes
 //   the previous version's "complete" for the new one.
