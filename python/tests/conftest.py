@@ -42,6 +42,10 @@ class Job:
         socks = []
         for _ in range(n):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # A scenario that finalizes a Communicator and builds another object on the same
+            # port binds it again; a connection accepted by this socket before the task adopted
+            # it would otherwise hold the port in TIME_WAIT (the adopter sets it too late).
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", 0))
             s.listen(64)
             socks.append(s)
