@@ -182,7 +182,6 @@ void ParameterServerStrategy::Impl::on_message(PsLink& l, const ErrorContext& c)
       }
       l.phase = PsLink::Phase::kDone;
       return;
-    case PsLink::Phase::kShared:
     case PsLink::Phase::kSegments:
       strategy::ps::check_segment(h, l.layout, l.segment, l.version, pc);
       if (++l.segment < l.layout.segments.size()) {
@@ -193,6 +192,7 @@ void ParameterServerStrategy::Impl::on_message(PsLink& l, const ErrorContext& c)
       l.phase = PsLink::Phase::kDone;
       return;
     case PsLink::Phase::kIdle:
+    case PsLink::Phase::kShared:  // run() copies it (copy_shared): nothing arrives meanwhile
     case PsLink::Phase::kDone:
       return;
   }
