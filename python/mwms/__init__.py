@@ -14,11 +14,13 @@ from ._errors import (BackendError, BootstrapError, BootstrapTimeoutError, Check
                       Error, InternalError, InvalidArgument, InvalidUsage, PeerError,
                       ReplicaError, TimeoutError)
 from ._mwms import (HAVE_CUDA, HAVE_MPI, Cluster, Communicator, MultiWorkerMirroredStrategy,
-                    ReduceOp, Work, __version__, resolve, resolve_explicit, resolve_flags)
+                    ReduceOp, ReplicaContext, Work, __version__, get_replica_context, resolve,
+                    resolve_explicit, resolve_flags)
 
 __all__ = [
-    "BackendError", "BootstrapError", "BootstrapTimeoutError", "CheckpointError", "Cluster", "CollectiveMismatchError",
-    "Communicator", "Error", "HAVE_CUDA", "HAVE_MPI", "InternalError", "InvalidArgument",
-    "InvalidUsage", "MultiWorkerMirroredStrategy", "PeerError", "ReduceOp", "ReplicaError",
-    "TimeoutError", "Work", "__version__", "resolve", "resolve_explicit", "resolve_flags",
+    "BackendError", "BootstrapError", "BootstrapTimeoutError", "CheckpointError", "Cluster",
+    "CollectiveMismatchError", "Communicator", "Error", "HAVE_CUDA", "HAVE_MPI", "InternalError",
+    "InvalidArgument", "InvalidUsage", "MultiWorkerMirroredStrategy", "PeerError", "ReduceOp",
+    "ReplicaContext", "ReplicaError", "TimeoutError", "Work", "__version__",
+    "get_replica_context", "resolve", "resolve_explicit", "resolve_flags",
 ]

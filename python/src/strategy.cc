@@ -1,6 +1,8 @@
 // mwms.MultiWorkerMirroredStrategy over include/mwms/strategy.h. Its blocking calls run on the
 // calling thread with the GIL released; Ctrl-C aborts the strategy's communicator (Note [python
 // interrupts]).
+#include "strategy.h"
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
@@ -36,52 +38,40 @@ Compression to_compression(const std::string& name) {
                         "'; expected 'none', 'fp16' or 'bf16'");
 }
 
-class PyStrategy {
- public:
-  PyStrategy(const ResolvedCluster& cluster, const CommunicationOptions& options) {
-    // On a Job (the rendezvous has nothing to abort yet), which owns what it builds.
-    auto built = std::make_shared<std::unique_ptr<MultiWorkerMirroredStrategy>>();
-    Job::run([built, cluster, options] {
-      *built = std::make_unique<MultiWorkerMirroredStrategy>(cluster, options);
-    });
-    strategy_ = std::move(*built);
-  }
-
-  ~PyStrategy() {
-    nb::gil_scoped_release nogil;
-    strategy_.reset();
-  }
-
-  MultiWorkerMirroredStrategy& get() { return *strategy_; }
-
-  // Runs a blocking call on the calling thread, interruptibly (Note [python interrupts]).
-  void run(const char* op, const std::function<void()>& call) {
-    run_interruptibly(strategy_->communicator(), op, call);
-  }
-
-  void collective_on_tensors(const char* op, nb::handle tensors, bool gradients, ReduceOp rop) {
-    std::vector<Buffer> buffers;  // hold the imports while the call runs
-    std::vector<TensorRef> refs;
-    std::size_t i = 0;
-    for (nb::handle t : tensors) {
-      const std::string name =
-          (gradients ? "gradients[" : "variables[") + std::to_string(i++) + "]";
-      buffers.push_back(import_buffer(t, name.c_str(), true));
-      refs.push_back(TensorRef{buffers.back().data, buffers.back().count, buffers.back().dtype});
-    }
-    MultiWorkerMirroredStrategy* s = strategy_.get();
-    if (gradients) {
-      run(op, [s, &refs, rop] { s->all_reduce_gradients(refs, rop); });
-    } else {
-      run(op, [s, &refs] { s->broadcast_variables(refs); });
-    }
-  }
-
- private:
-  std::unique_ptr<MultiWorkerMirroredStrategy> strategy_;
-};
-
 }  // namespace
+
+PyStrategy::PyStrategy(const ResolvedCluster& cluster, const CommunicationOptions& options,
+                       const ReplicaOptions& replicas) {
+  // On a Job (the rendezvous has nothing to abort yet), which owns what it builds.
+  auto built = std::make_shared<std::unique_ptr<MultiWorkerMirroredStrategy>>();
+  Job::run([built, cluster, options, replicas] {
+    *built = std::make_unique<MultiWorkerMirroredStrategy>(cluster, options, replicas);
+  });
+  strategy_ = std::move(*built);
+}
+
+PyStrategy::~PyStrategy() {
+  nb::gil_scoped_release nogil;
+  strategy_.reset();
+}
+
+void PyStrategy::collective_on_tensors(const char* op, nb::handle tensors, bool gradients,
+                                       ReduceOp rop) {
+  std::vector<Buffer> buffers;  // hold the imports while the call runs
+  std::vector<TensorRef> refs;
+  std::size_t i = 0;
+  for (nb::handle t : tensors) {
+    const std::string name = (gradients ? "gradients[" : "variables[") + std::to_string(i++) + "]";
+    buffers.push_back(import_buffer(t, name.c_str(), true));
+    refs.push_back(TensorRef{buffers.back().data, buffers.back().count, buffers.back().dtype});
+  }
+  MultiWorkerMirroredStrategy* s = strategy_.get();
+  if (gradients) {
+    run(op, [s, &refs, rop] { s->all_reduce_gradients(refs, rop); });
+  } else {
+    run(op, [s, &refs] { s->broadcast_variables(refs); });
+  }
+}
 
 void bind_strategy(nb::module_& m) {
   nb::class_<PyStrategy> cls(
@@ -95,52 +85,67 @@ void bind_strategy(nb::module_& m) {
       "the global batch size (tf.nn.compute_average_loss): N workers then follow one worker on "
       "the global batch. Collective methods must be called by every worker in the same order "
       "with the same shapes; they release the GIL and Ctrl-C interrupts them (aborting the "
-      "strategy's communicator). One thread at a time. One local replica per worker (local "
-      "replicas are not bound in Python yet).");
+      "strategy's communicator). One thread at a time. With ``local_replicas`` K > 1, :meth:`run` "
+      "calls a replica function on K threads, each with its own copy of the variables, and "
+      ":class:`ReplicaContext`'s collectives reduce across every replica of every worker "
+      "(Note [python replicas]).");
   cls.def(
       "__init__",
       [](PyStrategy* self, std::optional<ResolvedCluster> cluster,
          const std::string& implementation, std::optional<std::size_t> bytes_per_pack,
-         std::optional<double> timeout_seconds, const std::string& compression) {
+         std::optional<double> timeout_seconds, const std::string& compression,
+         int local_replicas) {
         CommunicationOptions o;  // None: unset (Note [option sentinels], mwms/options.h)
         o.implementation = to_implementation(implementation);
         o.bytes_per_pack = bytes_per_pack;
         o.timeout_seconds = timeout_seconds;
         o.compression = to_compression(compression);
-        new (self) PyStrategy(cluster ? *cluster : resolve_from_environment(), o);
+        ReplicaOptions replicas;
+        replicas.local_replicas = local_replicas;
+        new (self) PyStrategy(cluster ? *cluster : resolve_from_environment(), o, replicas);
       },
       nb::arg("cluster") = nb::none(), nb::kw_only(), nb::arg("implementation") = "auto",
       nb::arg("bytes_per_pack") = nb::none(), nb::arg("timeout_seconds") = nb::none(),
-      nb::arg("compression") = "none",
+      nb::arg("compression") = "none", nb::arg("local_replicas") = 1,
       "Resolves the cluster (default: :func:`resolve`) and forms the ring; blocks until every "
       "worker has connected. Options as tf.distribute.experimental.CommunicationOptions: "
       "``implementation`` (``'auto'``, ``'ring'``; ``'nccl'`` needs GPU buffers, not bound), "
       "``bytes_per_pack`` (None: MWMS_BYTES_PER_PACK, 4 MiB), ``timeout_seconds`` (None: "
       "MWMS_TIMEOUT_SECONDS; 0 still means None, deprecated), ``compression`` of float32 "
-      "gradients on the wire (``'none'``, ``'fp16'``, ``'bf16'``).\n\n:raises BootstrapError: as "
-      "Communicator().");
-  cls.def_prop_ro("num_replicas_in_sync",
-                  [](PyStrategy& s) { return s.get().num_replicas_in_sync(); },
-                  "Replicas across all workers (one per worker).")
-      .def_prop_ro("num_workers", [](PyStrategy& s) { return s.get().num_workers(); },
-                   "Number of workers in the ring.")
-      .def_prop_ro("worker_index", [](PyStrategy& s) { return s.get().worker_index(); },
-                   "This worker's rank (TF task id).")
-      .def_prop_ro("is_chief", [](PyStrategy& s) { return s.get().is_chief(); },
-                   "True on the leader (chief, or worker 0 without a chief): checkpoints, logs.")
-      .def_prop_ro("cluster", [](PyStrategy& s) { return s.get().cluster(); },
-                   "The resolved cluster.")
-      .def_prop_ro("bytes_per_pack",
-                   [](PyStrategy& s) { return *s.get().options().bytes_per_pack; },
-                   "Bucket size in effect, in bytes.")
-      .def_prop_ro("timeout_seconds",
-                   [](PyStrategy& s) { return *s.get().options().timeout_seconds; },
-                   "Deadline in effect for every collective, in seconds.")
-      .def_prop_ro("all_reduce_seconds",
-                   [](PyStrategy& s) { return s.get().all_reduce_seconds(); },
-                   "Seconds spent in all_reduce_gradients so far (wall clock).")
-      .def_prop_ro("all_reduce_bytes", [](PyStrategy& s) { return s.get().all_reduce_bytes(); },
-                   "Bytes all-reduced by all_reduce_gradients so far.")
+      "gradients on the wire (``'none'``, ``'fp16'``, ``'bf16'``); ``local_replicas``, K "
+      "replicas per worker (TF's MirroredStrategy inside each worker: :meth:`run` calls the "
+      "replica function on K threads; in [1, 64], the same on every worker).\n\n"
+      ":raises BootstrapError: as Communicator().\n:raises InvalidArgument: K outside [1, 64], "
+      "or workers with different K (naming them).");
+  cls.def_prop_ro(
+         "num_replicas_in_sync", [](PyStrategy& s) { return s.get().num_replicas_in_sync(); },
+         "Replicas across all workers: num_workers x num_local_replicas.")
+      .def_prop_ro(
+          "num_local_replicas", [](PyStrategy& s) { return s.get().num_local_replicas(); },
+          "K, this worker's local replicas (the same on every worker).")
+      .def_prop_ro(
+          "num_workers", [](PyStrategy& s) { return s.get().num_workers(); },
+          "Number of workers in the ring.")
+      .def_prop_ro(
+          "worker_index", [](PyStrategy& s) { return s.get().worker_index(); },
+          "This worker's rank (TF task id).")
+      .def_prop_ro(
+          "is_chief", [](PyStrategy& s) { return s.get().is_chief(); },
+          "True on the leader (chief, or worker 0 without a chief): checkpoints, logs.")
+      .def_prop_ro(
+          "cluster", [](PyStrategy& s) { return s.get().cluster(); }, "The resolved cluster.")
+      .def_prop_ro(
+          "bytes_per_pack", [](PyStrategy& s) { return *s.get().options().bytes_per_pack; },
+          "Bucket size in effect, in bytes.")
+      .def_prop_ro(
+          "timeout_seconds", [](PyStrategy& s) { return *s.get().options().timeout_seconds; },
+          "Deadline in effect for every collective, in seconds.")
+      .def_prop_ro(
+          "all_reduce_seconds", [](PyStrategy& s) { return s.get().all_reduce_seconds(); },
+          "Seconds spent in all_reduce_gradients so far (wall clock).")
+      .def_prop_ro(
+          "all_reduce_bytes", [](PyStrategy& s) { return s.get().all_reduce_bytes(); },
+          "Bytes all-reduced by all_reduce_gradients so far.")
       // The old spellings ("allreduce"): kept for one release, with a DeprecationWarning.
       .def_prop_ro(
           "allreduce_seconds",
@@ -171,7 +176,8 @@ void bind_strategy(nb::module_& m) {
       nb::arg("global_batch_size"),
       nb::sig("def batch_shard(self, global_batch_size: int) -> slice"),
       "This worker's rows of a global batch, as a slice: contiguous, sizes differing by at most "
-      "one (the first global_batch_size % num_workers workers get one more). "
+      "one (the first global_batch_size % num_workers workers get one more); with K > 1 local "
+      "replicas, the union of this worker's replicas' rows (ReplicaContext.batch_shard). "
       "``x[strategy.batch_shard(len(x))]`` is this worker's part. Does not block.");
   cls.def(
       "broadcast_variables",
@@ -197,17 +203,66 @@ void bind_strategy(nb::module_& m) {
       "only for gradients of a per-shard mean loss. Every worker passes the same shapes and "
       "dtypes. Raises as Communicator.all_reduce, naming the element (``gradients[1]``).");
   cls.def(
-      "reduce",
-      [](PyStrategy& s, const ReduceOpArg& op, double value) {
-        ReduceOp rop = to_reduce_op(op);
+      "begin_gradient_sync",
+      [](PyStrategy& s, nb::handle gradients, const ReduceOpArg& op) {
+        if (!s.sync_buffers.empty()) {
+          throw InvalidUsage("begin_gradient_sync: a step is already begun");
+        }
+        const ReduceOp rop = to_reduce_op(op);
+        std::vector<Buffer> buffers;
+        std::vector<TensorRef> refs;
+        std::size_t i = 0;
+        for (nb::handle t : gradients) {
+          const std::string name = "gradients[" + std::to_string(i++) + "]";
+          buffers.push_back(import_buffer(t, name.c_str(), true));
+          refs.push_back(
+              TensorRef{buffers.back().data, buffers.back().count, buffers.back().dtype});
+        }
         MultiWorkerMirroredStrategy* st = &s.get();
-        double result = 0;
-        s.run("reduce", [&] { result = st->reduce(rop, value); });
-        return result;
+        s.run("begin_gradient_sync", [st, &refs, rop] { st->begin_gradient_sync(refs, rop); });
+        s.sync_buffers = std::move(buffers);
       },
-      nb::arg("op"), nb::arg("value"),
-      "Reduces one number across workers (tf.distribute.Strategy.reduce of a per-replica "
-      "scalar, as float64); every worker gets the same result. Collective.");
+      nb::arg("gradients"), nb::arg("op") = "sum",
+      nb::sig("def begin_gradient_sync(self, gradients: typing.Sequence[object], "
+              "op: ReduceOp | str = 'sum') -> None"),
+      "Begins a gradient all-reduce overlapped with backprop (PyTorch DDP's Reducer, Horovod's "
+      "allreduce_async): ``gradients`` in the order backprop makes them final (last layer "
+      "first), packed into buckets as all_reduce_gradients packs them; each bucket is "
+      "all-reduced on the communicator's progress thread as soon as :meth:`gradient_ready` "
+      "marked all its arrays and every earlier bucket started, so every worker starts the same "
+      "buckets in the same order. Do not touch an array of a started bucket until "
+      ":meth:`finish_gradient_sync`. Holds the arrays until then. Every worker passes the same "
+      "shapes, dtypes and ``op``. One step at a time.\n\n:raises InvalidUsage: a step already "
+      "begun.\n:raises InvalidArgument: as all_reduce_gradients, naming the element.");
+  cls.def(
+      "gradient_ready",
+      [](PyStrategy& s, std::size_t index) {
+        MultiWorkerMirroredStrategy* st = &s.get();
+        s.run("gradient_ready", [st, index] { st->gradient_ready(index); });
+      },
+      nb::arg("index"),
+      "Array ``index`` of the begin_gradient_sync list is final (idempotent); may start its "
+      "bucket's all-reduce, without waiting for it.\n\n:raises InvalidUsage: no step begun, "
+      "index out of range.");
+  cls.def(
+      "finish_gradient_sync",
+      [](PyStrategy& s) {
+        std::vector<Buffer> held = std::move(s.sync_buffers);
+        s.sync_buffers.clear();
+        MultiWorkerMirroredStrategy* st = &s.get();
+        s.run("finish_gradient_sync", [st] { st->finish_gradient_sync(); });
+      },
+      "Marks the remaining arrays ready and waits for every bucket (each under the deadline); "
+      "then the arrays hold the reduced values. Collective.\n\n:raises InvalidUsage: without "
+      "begin_gradient_sync; a bucket's error (PeerError, TimeoutError, ...) after waiting for "
+      "every bucket.");
+  cls.def_prop_ro(
+      "exposed_all_reduce_seconds",
+      [](PyStrategy& s) { return s.get().exposed_all_reduce_seconds(); },
+      "Seconds blocked waiting for gradient all-reduces: all of "
+      "all_reduce_gradients and the waits inside finish_gradient_sync (the "
+      "communication that compute did not hide).");
+  bind_replicas(m, cls);
   cls.def(
       "finalize",
       [](PyStrategy& s) {

@@ -63,14 +63,13 @@ def test_timeout_names_the_late_rank(run_job):
     assert err["peer_rank"] == 1 and err["timeout_seconds"] == 1
 
 
-# Shared memory, TCP, and shared memory after signal.signal() put Python's handler back.
-@pytest.mark.parametrize("transport,restore", [("auto", "0"), ("tcp", "0"), ("auto", "1")])
-def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport, restore):
-    job = start_job(3, "interrupt",
-                    env={"MWMS_TRANSPORT": transport, "MWMS_TEST_RESTORE_HANDLER": restore})
-    job.wait_for_line(0, "BLOCKING")
-    job.wait_for_line(1, "BLOCKING")
-    time.sleep(0.5)  # both inside the all_reduce, waiting for rank 2
+def interrupt_rank_0(job, blocked):
+    """Sends rank 0 SIGINT once the `blocked` ranks print BLOCKING and wait inside their
+    collective; checks that every task exits 0 and that rank 0's KeyboardInterrupt came within
+    1 s. Returns the tasks and when the signal was sent (time.monotonic())."""
+    for rank in blocked:
+        job.wait_for_line(rank, "BLOCKING")
+    time.sleep(0.5)  # inside the collective by now
     sent = time.monotonic()
     job.procs[0].send_signal(signal.SIGINT)
     tasks = job.finish(timeout=60)
@@ -78,6 +77,15 @@ def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport, restore):
         assert t.returncode == 0, t.stdout + t.stderr
     latency = tasks[0].record("interrupted")["at"] - sent
     assert latency < 1.0, f"KeyboardInterrupt came {latency:.2f} s after SIGINT"
+    return tasks, sent
+
+
+# Shared memory, TCP, and shared memory after signal.signal() put Python's handler back.
+@pytest.mark.parametrize("transport,restore", [("auto", "0"), ("tcp", "0"), ("auto", "1")])
+def test_ctrl_c_interrupts_a_blocked_collective(start_job, transport, restore):
+    job = start_job(3, "interrupt",
+                    env={"MWMS_TRANSPORT": transport, "MWMS_TEST_RESTORE_HANDLER": restore})
+    tasks, sent = interrupt_rank_0(job, blocked=(0, 1))  # both wait for rank 2
     after = tasks[0].record("after")
     assert after["type"] == "InvalidUsage" and "interrupted" in after["what"]
     # Rank 1, blocked in the same collective, fails at once with the abort, naming rank 0.
@@ -100,6 +108,26 @@ def test_custom_sigint_handler_is_left_alone(start_job):
 def test_strategy(run_job):
     for rank, t in enumerate(run_job(2, "strategy")):
         assert t.record("strategy")["rank"] == rank
+
+
+def test_local_replicas_on_two_workers(run_job):
+    tasks = run_job(2, "local_replicas", expect_ok=False)
+    for rank, t in enumerate(tasks):
+        assert t.record("replicas_trained")["rank"] == rank, t.stderr
+    assert tasks[1].returncode == 3, tasks[1].stderr
+    assert tasks[1].record("replica_failed")["what"] == "bad batch on worker 1"
+    assert tasks[0].returncode == 0, tasks[0].stderr
+    err = tasks[0].record("replica_failed")
+    assert err["type"] == "PeerError" and err["peer_task"] == "worker 1", err
+    assert err["rank"] == 0 and err["cause"] == "died", err
+
+
+def test_ctrl_c_interrupts_replicas_blocked_in_a_collective(start_job):
+    job = start_job(2, "replica_interrupt")
+    tasks, _ = interrupt_rank_0(job, blocked=(0,))  # both replicas wait for worker 1
+    err = tasks[1].record("error")  # worker 0's abort reaches worker 1, naming it
+    assert err["type"] == "PeerError" and err["peer_task"] == "worker 0", err
+    assert "interrupted" in err["what"], err
 
 
 def test_packaged_mwmsrun():

@@ -312,6 +312,25 @@ def strategy() -> None:
         raise AssertionError("a non-contiguous gradient was accepted")
     except mwms.InvalidArgument as e:
         assert "gradients[1]" in str(e) and "C-contiguous" in str(e)
+    # The overlapped step (begin / ready / finish), gradients listed last layer first.
+    grads = [np.full(1000, r + 1.0, dtype=np.float32), np.full(5, 2.0 * r, dtype=np.float64),
+             np.full(3000, -1.0 * r, dtype=np.float32)]
+    s.begin_gradient_sync(grads)
+    try:
+        s.begin_gradient_sync(grads)
+        raise AssertionError("a second begin_gradient_sync was accepted")
+    except mwms.InvalidUsage as e:
+        assert "already begun" in str(e)
+    s.gradient_ready(1)
+    s.gradient_ready(0)
+    s.finish_gradient_sync()
+    assert (grads[0] == 3).all() and (grads[1] == 2).all() and (grads[2] == -1).all()
+    assert 0 <= s.exposed_all_reduce_seconds <= s.all_reduce_seconds
+    try:
+        s.finish_gradient_sync()
+        raise AssertionError("finish without begin was accepted")
+    except mwms.InvalidUsage:
+        pass
     s.finalize()
     record("strategy", rank=r)
 
@@ -434,6 +453,122 @@ def torch_tensors() -> None:
     assert s.all_reduce_bytes == sum(p.numel() * 4 for p in params)
     s.finalize()
     record("torch", rank=r, dtypes=[str(k) for k in kinds], torch=torch.__version__)
+
+
+def _mlp_grads(w1, w2, x, y, global_batch):
+    """Gradients of sum(cross-entropy) / global_batch over the rows x, y of a ReLU MLP."""
+    h = np.maximum(x @ w1, 0.0)
+    z = h @ w2
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    loss = -np.log(p[np.arange(len(y)), y]).sum() / global_batch
+    dz = p.copy()
+    dz[np.arange(len(y)), y] -= 1.0
+    dz /= global_batch
+    g2 = h.T @ dz
+    g1 = x.T @ ((dz @ w2.T) * (h > 0))
+    return loss, g1, g2
+
+
+def local_replicas() -> None:
+    """2 workers x 2 local replicas (Note [python replicas]): ids and shards, variables from the
+    chief's replica 0, and 3 steps of a NumPy MLP (plain and overlapped) that must equal one
+    replica on the global batch; then a replica's exception on worker 1 fails both workers."""
+    s = mwms.MultiWorkerMirroredStrategy(local_replicas=2, timeout_seconds=30,
+                                         bytes_per_pack=256)
+    r = s.worker_index
+    assert (s.num_replicas_in_sync, s.num_local_replicas) == (4, 2)
+    assert s.batch_shard(10) == (slice(0, 6) if r == 0 else slice(6, 10))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((32, 8))
+    y = rng.integers(0, 3, 32)
+    ref1 = rng.standard_normal((8, 16)) * 0.3  # the chief's replica 0 makes these below
+    ref2 = rng.standard_normal((16, 3)) * 0.3
+    models = {}
+
+    def init():
+        ctx = mwms.get_replica_context()
+        g = ctx.replica_id_in_sync_group
+        if g == 0:
+            w = [ref1.copy(), ref2.copy()]
+        else:  # every other replica starts elsewhere
+            w = [np.full((8, 16), float(g)), np.full((16, 3), -float(g))]
+        ctx.broadcast_variables(w)
+        models[ctx.local_replica_id] = w
+        return g, ctx.batch_shard(32)
+
+    got = s.run(init)
+    assert [g for g, _ in got] == [2 * r, 2 * r + 1]
+    assert [sh for _, sh in got] == [slice(8 * (2 * r + k), 8 * (2 * r + k + 1)) for k in (0, 1)]
+    for w in models.values():
+        np.testing.assert_array_equal(w[0], ref1)
+        np.testing.assert_array_equal(w[1], ref2)
+
+    def step(overlap):
+        ctx = mwms.get_replica_context()
+        w = models[ctx.local_replica_id]
+        rows = ctx.batch_shard(32)
+        loss, g1, g2 = _mlp_grads(w[0], w[1], x[rows], y[rows], 32)
+        if overlap:
+            ctx.begin_gradient_sync([g2, g1])
+            ctx.gradient_ready(0)
+            ctx.finish_gradient_sync()
+        else:
+            ctx.all_reduce("sum", [g1, g2])
+        w[0] -= 0.5 * g1
+        w[1] -= 0.5 * g2
+        return loss
+
+    for i, overlap in enumerate((False, True, False)):
+        losses = s.run(step, (overlap,))
+        loss, g1, g2 = _mlp_grads(ref1, ref2, x, y, 32)  # one replica, the whole batch
+        ref1 -= 0.5 * g1
+        ref2 -= 0.5 * g2
+        assert abs(s.reduce("sum", losses) - loss) < 1e-12, (i, losses, loss)
+        for w in models.values():
+            np.testing.assert_allclose(w[0], ref1, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(w[1], ref2, rtol=1e-10, atol=1e-12)
+    record("replicas_trained", rank=r)
+
+    def failing():
+        ctx = mwms.get_replica_context()
+        if r == 1 and ctx.local_replica_id == 1:
+            raise ValueError("bad batch on worker 1")
+        ctx.all_reduce("sum", np.ones(4))
+
+    try:
+        s.run(failing)
+        raise AssertionError("run() with a failing replica returned")
+    except ValueError as e:  # worker 1: its replica's own exception
+        record("replica_failed", worker=r, what=str(e))
+        sys.stdout.flush()
+        os._exit(3)  # as an uncaught exception ends the worker (without finalize)
+    except mwms.PeerError as e:  # worker 0: the peer that left, named
+        record("replica_failed", **error_fields(e))
+
+
+def replica_interrupt() -> None:
+    """2 workers x 2 local replicas; worker 1 comes 4 s late; the test sends worker 0 SIGINT
+    while its replicas wait in a ReplicaContext collective."""
+    s = mwms.MultiWorkerMirroredStrategy(local_replicas=2, timeout_seconds=120)
+
+    def fn():
+        mwms.get_replica_context().all_reduce("sum", np.ones(4, dtype=np.float32))
+
+    if s.worker_index == 1:
+        time.sleep(4)
+        try:  # the first may complete: worker 0 had left its contribution before it aborted
+            s.run(fn)
+            s.run(fn)
+        except mwms.Error as e:
+            record("error", **error_fields(e))
+        return
+    print("BLOCKING", flush=True)
+    try:
+        s.run(fn)
+        raise AssertionError("run returned")
+    except KeyboardInterrupt:
+        record("interrupted", at=time.monotonic())
 
 
 if __name__ == "__main__":

@@ -158,7 +158,8 @@ void LocalReplicas::run(const std::function<void(int)>& body) {
     sync_cv_.wait(lock, [&] { return finished_ == k_ - 1; });
     running_ = false;
     body_ = nullptr;
-    failure = failure_;
+    failure = std::move(failure_);  // not kept until the next run (it may hold much)
+    failure_ = nullptr;
   }
   if (failure) std::rethrow_exception(failure);
 }
