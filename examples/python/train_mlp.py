@@ -3,6 +3,7 @@ written in NumPy, trained data-parallel through mwms.MultiWorkerMirroredStrategy
 
     mwmsrun -np 2 -- python examples/python/train_mlp.py            # 2 workers, one TF_CONFIG each
     python examples/python/train_mlp.py --epochs 1                    # one process
+    python examples/python/train_mlp.py --local_replicas 2            # one process, 2 replicas
 
 Same recipe as `build/bin/train --model mlp` (docs/python.md, "Example"): Glorot-uniform
 weights, zero biases, pixels standardised with the training set's mean and deviation, a global
@@ -10,7 +11,10 @@ batch of 64 split between the workers (batch_shard), each worker's gradient of i
 loss divided by the GLOBAL batch size (tf.nn.compute_average_loss), summed across workers by
 all_reduce_gradients, then TF's ApplyMomentum on every worker. Every epoch reshuffles the
 training set from the seed; every worker draws the same permutation and takes its own rows of
-each global batch.
+each global batch. The step is TF's `strategy.run(train_step)`: with --local_replicas K each
+worker drives K replicas (threads), each with its own copy of the model and its own rows, and
+ReplicaContext.all_reduce sums the gradients of every replica of every worker; 1 worker x 2
+replicas follows 2 workers exactly.
 """
 from __future__ import annotations
 
@@ -103,33 +107,47 @@ def main() -> None:
     ap.add_argument("--data_dir", default=DATA_DIR)
     ap.add_argument("--max_steps_per_epoch", type=int, default=0, help="0: the whole epoch")
     ap.add_argument("--metrics_file", default="", help="the chief writes a JSON summary here")
+    ap.add_argument("--local_replicas", type=int, default=1, help="replicas per worker (K)")
     args = ap.parse_args()
 
-    strategy = mwms.MultiWorkerMirroredStrategy()
+    strategy = mwms.MultiWorkerMirroredStrategy(local_replicas=args.local_replicas)
     x_train, y_train = load(args.data_dir, "train")
     x_test, y_test = load(args.data_dir, "t10k")
-    model = Mlp(args.seed)
-    strategy.broadcast_variables(model.params)  # every worker starts from the chief's weights
+    models = [Mlp(args.seed) for _ in range(strategy.num_local_replicas)]  # one per replica
+
+    def init() -> None:  # every replica starts from the chief's replica 0 weights
+        ctx = mwms.get_replica_context()
+        ctx.broadcast_variables(models[ctx.local_replica_id].params)
+
+    def train_step(batch: np.ndarray) -> float:  # batch: the global batch's indices
+        ctx = mwms.get_replica_context()
+        model = models[ctx.local_replica_id]
+        mine = batch[ctx.batch_shard(args.batch_size)]  # this replica's rows
+        loss = model.backward(x_train[mine], y_train[mine], args.batch_size)
+        ctx.all_reduce("sum", model.grads)  # summed over every replica, in place
+        model.apply_momentum(args.lr, args.momentum)
+        return loss
+
+    strategy.run(init)
     steps = len(x_train) // args.batch_size
     if args.max_steps_per_epoch > 0:
         steps = min(steps, args.max_steps_per_epoch)
-    rows = strategy.batch_shard(args.batch_size)  # this worker's rows of every global batch
     chief = strategy.is_chief
     if chief:
-        print(f"train_mlp: {strategy.num_workers} worker(s), global batch {args.batch_size}, "
-              f"{steps} step(s)/epoch, lr {args.lr}, momentum {args.momentum}", flush=True)
+        print(f"train_mlp: {strategy.num_workers} worker(s) x {strategy.num_local_replicas} "
+              f"replica(s), global batch {args.batch_size}, {steps} step(s)/epoch, lr {args.lr}, "
+              f"momentum {args.momentum}", flush=True)
     accuracy = loss = 0.0
     for epoch in range(args.epochs):
         start = time.perf_counter()
         order = np.random.default_rng([args.seed, epoch]).permutation(len(x_train))
         loss_sum = 0.0
         for step in range(steps):
-            batch = order[step * args.batch_size:(step + 1) * args.batch_size][rows]
-            loss_sum += model.backward(x_train[batch], y_train[batch], args.batch_size)
-            strategy.all_reduce_gradients(model.grads)  # summed over the workers, in place
-            model.apply_momentum(args.lr, args.momentum)
-        # Every worker holds the same weights: each evaluates, the chief reports.
-        accuracy = float((model.logits(x_test).argmax(axis=1) == y_test).mean())
+            batch = order[step * args.batch_size:(step + 1) * args.batch_size]
+            losses = strategy.run(train_step, args=(batch,))
+            loss_sum += sum(strategy.experimental_local_results(losses))
+        # Every replica holds the same weights: each worker evaluates one, the chief reports.
+        accuracy = float((models[0].logits(x_test).argmax(axis=1) == y_test).mean())
         loss = strategy.reduce("sum", loss_sum) / steps  # the global batch's mean loss
         seconds = time.perf_counter() - start
         if chief:
@@ -141,7 +159,8 @@ def main() -> None:
         if args.metrics_file:
             with open(args.metrics_file, "w") as f:
                 json.dump({"test_accuracy": accuracy, "loss": loss, "epochs": args.epochs,
-                           "steps_per_epoch": steps, "workers": strategy.num_workers}, f)
+                           "steps_per_epoch": steps, "workers": strategy.num_workers,
+                           "local_replicas": strategy.num_local_replicas}, f)
 
 
 if __name__ == "__main__":

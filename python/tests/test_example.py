@@ -14,10 +14,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "python" / "train_m
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def train(tmp_path: Path, workers: int, steps: int) -> dict:
-    metrics = tmp_path / f"metrics-{workers}.json"
+def train(tmp_path: Path, workers: int, steps: int, replicas: int = 1) -> dict:
+    metrics = tmp_path / f"metrics-{workers}x{replicas}.json"
     cmd = [sys.executable, str(EXAMPLE), "--epochs", "1", "--max_steps_per_epoch", str(steps),
-           "--metrics_file", str(metrics)]
+           "--metrics_file", str(metrics), "--local_replicas", str(replicas)]
     if workers > 1:
         launcher = os.path.join(os.path.dirname(sys.executable), "mwmsrun")
         cmd = [launcher, "-np", str(workers), "--"] + cmd
@@ -38,3 +38,8 @@ def test_two_workers_follow_one(tmp_path):
     # half-batch gradients instead of one; 6e-9 apart in the loss here).
     assert abs(one["test_accuracy"] - two["test_accuracy"]) <= 0.001
     assert abs(one["loss"] - two["loss"]) <= 1e-5
+    # 1 worker x 2 local replicas: the same two half-batches summed in the same order (a sum of
+    # two numbers has one rounding either way), so the same bits as 2 workers.
+    local = train(tmp_path, 1, 100, replicas=2)
+    assert (local["workers"], local["local_replicas"]) == (1, 2)
+    assert local["loss"] == two["loss"] and local["test_accuracy"] == two["test_accuracy"]
