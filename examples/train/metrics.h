@@ -45,6 +45,11 @@ struct RunSummary {
   long long global_step = 0;       ///< updates the ps applied (ps 0's count)
   long long pushes = 0;            ///< gradients this task pushed (worker) or received (ps)
   long long dropped_stale = 0;     ///< gradients dropped as stale (sync)
+  /// A ps task's summary (train --job_name=ps): what it served, without the training fields
+  /// (accuracy, loss, images/s, epochs, all-reduce times), which a ps does not measure.
+  bool ps_task = false;
+  long long applied = 0;    ///< ps metrics: gradients applied (async) or aggregated (sync)
+  long long after_end = 0;  ///< ps metrics: gradients received after the chief ended the job
   std::vector<unsigned long long> bytes_pushed;  ///< gradient bytes, by ps
   std::vector<unsigned long long> bytes_pulled;  ///< variable bytes, by ps
   /// ps metrics: applied gradients by staleness (last bucket: that many or more).

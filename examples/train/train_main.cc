@@ -385,16 +385,21 @@ int serve_ps(const Flags& f, const mwms::ResolvedCluster& cluster,
               "job\n", cluster.task_name().c_str(), cluster.num_workers);
   std::fflush(stdout);
   const mwms::ParameterServerStats s = creator.join(f.max_recoveries);
-  std::printf("train: %s done: %lld gradient(s) received, %lld applied, %lld dropped as stale, "
-              "global step %lld%s\n",
-              cluster.task_name().c_str(), static_cast<long long>(s.pushes),
-              static_cast<long long>(s.applied), static_cast<long long>(s.dropped_stale),
-              static_cast<long long>(s.global_step), s.lost_workers.empty() ? "" : ", lost workers:");
+  std::printf(
+      "train: %s done: %lld gradient(s) received, %lld applied, %lld dropped as stale, "
+      "%lld after the chief ended the job, global step %lld%s\n",
+      cluster.task_name().c_str(), static_cast<long long>(s.pushes),
+      static_cast<long long>(s.applied), static_cast<long long>(s.dropped_stale),
+      static_cast<long long>(s.after_end), static_cast<long long>(s.global_step),
+      s.lost_workers.empty() ? "" : ", lost workers:");
   for (const std::string& w : s.lost_workers) std::printf("train:   lost %s\n", w.c_str());
   if (!f.metrics_file.empty()) {
     RunSummary summary = ps_run_summary(f, cluster);
+    summary.ps_task = true;  // what it served: no training fields
     summary.global_step = s.global_step;
     summary.pushes = s.pushes;
+    summary.applied = s.applied;
+    summary.after_end = s.after_end;
     summary.dropped_stale = s.dropped_stale;
     summary.bytes_pushed.assign(s.bytes_pushed.begin(), s.bytes_pushed.end());
     summary.bytes_pulled.assign(s.bytes_pulled.begin(), s.bytes_pulled.end());
@@ -524,10 +529,19 @@ int run_ps(const Flags& f, const mwms::ResolvedCluster& cluster) {
   summary.recoveries = session.recoveries();
   summary.bytes_pushed.assign(ps.bytes_pushed.begin(), ps.bytes_pushed.end());
   summary.bytes_pulled.assign(ps.bytes_pulled.begin(), ps.bytes_pulled.end());
+  // Why the loop ended, read before close() (whose goodbye would end the job on the chief).
+  const char* why = creator.job_ended()                  ? "the chief ended the job"
+                    : session.global_step() >= last_step ? "the last step"
+                    : session.should_stop()              ? "a hook stopped it"
+                                                         : "its epochs are done";
   session.close();  // the chief's last checkpoint; goodbye to every ps (the chief's ends the job)
-  if (!leader && ps.dropped_stale > 0) {
-    std::printf("train: %s: %lld gradient(s) dropped as stale\n", cluster.task_name().c_str(),
-                static_cast<long long>(ps.dropped_stale));
+  if (!leader) {    // the chief reports the job; every other worker says why it stopped
+    std::printf(
+        "train: %s stopped at global step %lld (%s): %lld gradient(s) pushed, %lld "
+        "dropped as stale\n",
+        cluster.task_name().c_str(), static_cast<long long>(ps.global_step), why,
+        static_cast<long long>(ps.pushes), static_cast<long long>(ps.dropped_stale));
+    std::fflush(stdout);
   }
   if (leader && !f.metrics_file.empty()) mwms::train::write_metrics(f.metrics_file, summary);
   return 0;

@@ -86,6 +86,11 @@ struct MWMS_API ParameterServerStats {
   std::int64_t pushes = 0;           ///< gradients pushed (worker) or received (ps)
   std::int64_t applied = 0;          ///< gradients applied (async) or aggregated (sync)
   std::int64_t dropped_stale = 0;    ///< gradients dropped as computed on an older step (sync)
+  /// ps: gradients never applied because the chief ended the job first (a worker's push
+  /// crossing the chief's goodbye; synchronous: those of the step that never completed). Once
+  /// the ps served the whole job, pushes = applied + dropped_stale + after_end, but for pushes
+  /// cut off by a lost worker.
+  std::int64_t after_end = 0;
   std::int64_t held_back = 0;        ///< replies delayed by max_staleness (ps, async)
   /// Staleness of every applied gradient (async; sync: 0 for all): staleness_histogram[s] counts
   /// gradients applied s updates after the worker pulled (the last bucket: that many or more).

@@ -69,6 +69,16 @@ grep -q "parameter server" "$work/flags.2.log" || { echo "FAIL: the ps said noth
 grep -q '"staleness_histogram"' "$work/flags.json.ps0.json" ||
   { echo "FAIL: no staleness histogram"; cat "$work/flags.json.ps0.json"; exit 1; }
 echo "ok ps metrics: staleness histogram"
+# What a ps serves, not what a worker trains; every gradient it received accounted for.
+! grep -q '"test_accuracy"\|"per_epoch"\|"images_per_sec"' "$work/flags.json.ps0.json" ||
+  { echo "FAIL: training fields in the ps metrics"; cat "$work/flags.json.ps0.json"; exit 1; }
+num() { grep -o "\"$1\": *[0-9]*" "$2" | grep -o '[0-9]*$'; }
+m="$work/flags.json.ps0.json"
+[ "$(num pushes "$m")" = $(( $(num applied "$m") + $(num dropped_stale "$m") + $(num after_end "$m") )) ] ||
+  { echo "FAIL: pushes != applied + dropped_stale + after_end"; cat "$m"; exit 1; }
+grep -q "train: worker 1 stopped at global step [0-9]* (" "$work/flags.1.log" ||
+  { echo "FAIL: worker 1 did not say why it stopped"; cat "$work/flags.1.log"; exit 1; }
+echo "ok ps metrics: $(num pushes "$m") received = applied + dropped + after the end; $(grep -o 'stopped at.*)' "$work/flags.1.log")"
 
 # 2. TF_CONFIG with a chief, a worker and a ps, synchronous.
 free_port; p0=$port; free_port; p1=$port; free_port; p2=$port

@@ -64,6 +64,8 @@ void PsServer::State::send_ready(Worker& w) {
   ch.queue_send(w.rank, envelope(PsKind::kReady, version, w.address.size(), cfg.ps_index), nullptr,
                 0);
   if (!w.mapped) return;
+  MWMS_LOG_INFO(kStrat,
+                "ps " << cfg.ps_index << ": " << w.name << " reads the values from shared memory");
   ch.queue_send(w.rank, envelope(PsKind::kData, version, w.address.size(), cfg.ps_index),
                 w.address.data(), w.address.size());
 }
@@ -196,7 +198,10 @@ void PsServer::State::on_request(Worker& w) {
     case PsKind::kBye:
       w.bye = true;
       w.phase = Phase::kGone;
-      if (w.rank == cfg.chief && h.count == 1) ended = true;
+      if (w.rank == cfg.chief && h.count == 1 && !ended) {
+        ended = true;
+        stats.after_end += static_cast<std::int64_t>(accumulated);  // a step never completed
+      }
       ch.retire(w.rank);
       MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << w.name << " said goodbye"
                                   << (h.count == 1 ? " and ended the job" : ""));

@@ -127,9 +127,13 @@ void PsServer::State::setup(JobDescription d, Worker& w, const char* op) {
     x.grad.assign(layout.total, 0.0f);
     x.tickets.assign(layout.segments.size(), 0);
   }
-  MWMS_LOG_INFO(kStrat, "ps " << cfg.ps_index << ": " << job.shards.size() << " shards, "
-                              << layout.total << " elements, " << layout.segments.size()
-                              << " segments, " << (job.sync_replicas ? "sync" : "async"));
+  MWMS_LOG_INFO(
+      kStrat, "ps " << cfg.ps_index << ": " << job.shards.size() << " shards, " << layout.total
+                    << " elements, " << layout.segments.size() << " segments, "
+                    << (job.sync_replicas ? "sync" : "async")
+                    << (values.shared != nullptr ? ", values shared with the workers on this host "
+                                                   "(Note [ps shared values])"
+                                                 : ""));
 }
 
 void PsServer::State::on_init_description(Worker& w) {

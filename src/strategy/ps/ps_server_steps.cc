@@ -224,6 +224,12 @@ void PsServer::State::on_push(Worker& w) {
     return;
   }
   if (ended) {
+    // An asynchronous push that streamed from before the end is applied; any other is not.
+    if (streamed && !job.sync_replicas) {
+      ++stats.applied;
+    } else {
+      ++stats.after_end;
+    }
     if (!replied) send_values(w, PsStatus::kEnded);
     expect_request(w);
     start_next_push();
