@@ -148,13 +148,20 @@ nb::object run_replicas(PyStrategy& s, const nb::callable& fn, const nb::tuple& 
     }
     py_ctx.retire();
   };
+  const bool outer = s.in_run;  // a nested run() is refused by the C++ run() below
+  s.in_run = true;
   try {
     nb::gil_scoped_release nogil;
     s.get().run(body);
   } catch (...) {
+    s.in_run = outer;
     if (interrupt) throw *interrupt;
+    // A SIGINT that came while this thread waited for the replicas (not in a collective of
+    // its own): KeyboardInterrupt now, not later inside the translation of the error.
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
     throw;
   }
+  s.in_run = outer;
   if (k == 1) return std::move(results[0]);  // TF: one replica's value, not a PerReplica
   nb::list out;
   for (nb::object& r : results) out.append(std::move(r));
@@ -166,7 +173,11 @@ double reduce_value(PyStrategy& s, ReduceOp op, nb::handle value, ReduceOp& acro
   across = op;
   const int k = s.get().num_local_replicas();
   if (!nb::isinstance<nb::list>(value) && !nb::isinstance<nb::tuple>(value)) {
-    return nb::cast<double>(value);
+    double x = 0;
+    if (!nb::try_cast<double>(value, x)) {
+      throw nb::type_error("argument 'value' is not a number or a sequence of numbers");
+    }
+    return x;
   }
   const std::size_t n = nb::len(value);
   if (n != static_cast<std::size_t>(k)) {
@@ -177,7 +188,10 @@ double reduce_value(PyStrategy& s, ReduceOp op, nb::handle value, ReduceOp& acro
   double folded = 0;
   std::size_t i = 0;
   for (nb::handle v : value) {
-    const double x = nb::cast<double>(v);
+    double x = 0;
+    if (!nb::try_cast<double>(v, x)) {
+      throw nb::type_error(("argument 'value[" + std::to_string(i) + "]' is not a number").c_str());
+    }
     if (i++ == 0) {
       folded = x;
     } else if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
@@ -201,8 +215,9 @@ void bind_replicas(nb::module_& m, nb::class_<PyStrategy>& strategy) {
       m, "ReplicaContext",
       "What a replica function sees (tf.distribute.ReplicaContext; C++ "
       "``mwms::ReplicaContext``): :meth:`MultiWorkerMirroredStrategy.run` makes one per local "
-      "replica, and :func:`get_replica_context` returns it inside the replica function. Valid "
-      "only there, on that replica's thread (else InvalidUsage). Its collectives are "
+      "replica, and :func:`get_replica_context` returns it inside the replica function. Its "
+      "collectives work only there, on that replica's thread (else InvalidUsage); its ids and "
+      "batch_shard stay readable. Its collectives are "
       "collectives across every replica of every worker: each local replica calls them in the "
       "same order with the same shapes, each with its OWN arrays. They release the GIL while "
       "they wait; each wait has the strategy's deadline. Not constructible from Python.");
@@ -267,25 +282,23 @@ void bind_replicas(nb::module_& m, nb::class_<PyStrategy>& strategy) {
       "begin_gradient_sync",
       [](PyReplicaContext& c, nb::object gradients, const ReduceOpArg& op) {
         const ReplicaContext& rc = c.get("begin_gradient_sync");
-        if (!c.sync_buffers.empty()) {
-          throw InvalidUsage("ReplicaContext.begin_gradient_sync: a step is already begun");
-        }
         const ReduceOp rop = to_reduce_op(op);
         std::vector<Buffer> buffers;
         std::vector<TensorRef> refs = c.import(gradients, buffers);
         c.run("begin_gradient_sync", [&rc, rop, &refs] { rc.begin_gradient_sync(refs, rop); });
-        c.sync_buffers = std::move(buffers);
+        c.sync_buffers = std::move(buffers);  // begun: nothing of an earlier step is in flight
       },
       nb::arg("gradients"), nb::arg("op") = "sum",
-      nb::sig("def begin_gradient_sync(self, gradients: typing.Sequence[object], "
-              "op: ReduceOp | str = 'sum') -> None"),
+      nb::sig("def begin_gradient_sync(self, gradients: object, op: ReduceOp | str = 'sum') "
+              "-> None"),
       "Begins this replica's overlapped gradient sync: ``gradients`` (its own arrays, in the "
       "order backprop makes them final) are reduced across every replica bucket by bucket, each "
       "bucket as soon as every local replica marked it ready (:meth:`gradient_ready`) and every "
       "earlier bucket started; :meth:`finish_gradient_sync` waits for all. Collective across "
       "the local replicas (the same shapes, dtypes and ``op`` on each); all three calls inside "
       "the same run(). Do not touch an array marked ready until finish. Holds the arrays until "
-      "then.\n\n:raises InvalidUsage: a step already begun.\n:raises InvalidArgument: shapes or "
+      "then.\n\n:raises InvalidUsage: a step already begun (begin_gradient_sync called "
+      "again).\n:raises InvalidArgument: shapes or "
       "op differing from replica 0's.");
   ctx.def(
       "gradient_ready",
@@ -301,9 +314,9 @@ void bind_replicas(nb::module_& m, nb::class_<PyStrategy>& strategy) {
       "finish_gradient_sync",
       [](PyReplicaContext& c) {
         const ReplicaContext& rc = c.get("finish_gradient_sync");
-        std::vector<Buffer> held = std::move(c.sync_buffers);
-        c.sync_buffers.clear();
         c.run("finish_gradient_sync", [&rc] { rc.finish_gradient_sync(); });
+        // Only now: a finish that failed early leaves buckets in flight until run() drains them.
+        c.sync_buffers.clear();
       },
       "Marks the remaining arrays ready and waits for every bucket: then every replica's "
       "arrays hold op over all replicas' values. Collective across the local replicas.\n\n"

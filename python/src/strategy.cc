@@ -205,9 +205,6 @@ void bind_strategy(nb::module_& m) {
   cls.def(
       "begin_gradient_sync",
       [](PyStrategy& s, nb::handle gradients, const ReduceOpArg& op) {
-        if (!s.sync_buffers.empty()) {
-          throw InvalidUsage("begin_gradient_sync: a step is already begun");
-        }
         const ReduceOp rop = to_reduce_op(op);
         std::vector<Buffer> buffers;
         std::vector<TensorRef> refs;
@@ -220,7 +217,7 @@ void bind_strategy(nb::module_& m) {
         }
         MultiWorkerMirroredStrategy* st = &s.get();
         s.run("begin_gradient_sync", [st, &refs, rop] { st->begin_gradient_sync(refs, rop); });
-        s.sync_buffers = std::move(buffers);
+        s.sync_buffers = std::move(buffers);  // begun: nothing of an earlier step is in flight
       },
       nb::arg("gradients"), nb::arg("op") = "sum",
       nb::sig("def begin_gradient_sync(self, gradients: typing.Sequence[object], "
@@ -247,10 +244,9 @@ void bind_strategy(nb::module_& m) {
   cls.def(
       "finish_gradient_sync",
       [](PyStrategy& s) {
-        std::vector<Buffer> held = std::move(s.sync_buffers);
-        s.sync_buffers.clear();
         MultiWorkerMirroredStrategy* st = &s.get();
         s.run("finish_gradient_sync", [st] { st->finish_gradient_sync(); });
+        s.sync_buffers.clear();  // only now: a finish that never started leaves buckets running
       },
       "Marks the remaining arrays ready and waits for every bucket (each under the deadline); "
       "then the arrays hold the reduced values. Collective.\n\n:raises InvalidUsage: without "

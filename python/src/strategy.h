@@ -4,11 +4,13 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bindings.h"
 #include "buffers.h"
 #include "interrupt.h"
+#include "mwms/errors.h"
 #include "mwms/strategy.h"
 
 namespace mwms::python {
@@ -29,7 +31,14 @@ class PyStrategy {
   MultiWorkerMirroredStrategy& get() { return *strategy_; }
 
   /// Runs a blocking call on the calling thread, interruptibly (Note [python interrupts]).
+  /// @throws InvalidUsage inside run() with K > 1 (the replicas use their ReplicaContext; the
+  /// strategy's collectives are per worker, for the calling thread outside run()).
   void run(const char* op, const std::function<void()>& call) {
+    if (in_run && strategy_->num_local_replicas() > 1) {
+      throw InvalidUsage(std::string("MultiWorkerMirroredStrategy.") + op +
+                         " inside run() with local replicas: each replica uses "
+                         "mwms.get_replica_context()'s collectives instead");
+    }
     run_interruptibly(strategy_->communicator(), op, call);
   }
 
@@ -40,6 +49,8 @@ class PyStrategy {
   /// The arrays of the overlapped step in progress (begin_gradient_sync to finish), held so
   /// that their memory outlives the buckets; destroyed after the strategy, under the GIL.
   std::vector<Buffer> sync_buffers;
+  /// True while run() calls the replica functions (set and read under the GIL).
+  bool in_run = false;
 
  private:
   std::unique_ptr<MultiWorkerMirroredStrategy> strategy_;

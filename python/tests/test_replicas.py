@@ -167,6 +167,17 @@ def test_misuse_is_named(strategy3):
     with pytest.raises(TypeError, match="kwargs"):
         strategy3.run(keep, kwargs=[1])
 
+    def strategy_collective_inside():  # per worker: not for the replica threads
+        if mwms.get_replica_context().local_replica_id == 0:
+            strategy3.all_reduce_gradients([np.ones(2, dtype=np.float32)])
+
+    with pytest.raises(mwms.InvalidUsage, match="inside run"):
+        strategy3.run(strategy_collective_inside)
+    with pytest.raises(TypeError, match=r"value\[1\]"):
+        strategy3.reduce("sum", (1.0, "b", 2.0))
+    with pytest.raises(TypeError, match="'value'"):
+        strategy3.reduce("sum", "x")
+
 
 def _call(ctx):
     try:

@@ -320,7 +320,7 @@ def strategy() -> None:
         s.begin_gradient_sync(grads)
         raise AssertionError("a second begin_gradient_sync was accepted")
     except mwms.InvalidUsage as e:
-        assert "already begun" in str(e)
+        assert "begin_gradient_sync called again" in str(e)
     s.gradient_ready(1)
     s.gradient_ready(0)
     s.finish_gradient_sync()
