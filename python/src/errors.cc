@@ -2,21 +2,24 @@
 // the class of the same name in mwms/_errors.py, with the C++ ErrorContext's fields as attributes
 // (None when unset). The classes live in Python so that they carry docstrings and multiple bases
 // (InvalidArgument is a ValueError, TimeoutError a builtin TimeoutError).
+#include "mwms/errors.h"
+
 #include <nanobind/stl/string.h>
 
+#include <atomic>
 #include <exception>
 
 #include "bindings.h"
-#include "mwms/errors.h"
 
 namespace mwms::python {
 namespace {
 
 // The mwms._errors module, imported at the first translation and kept for the process's life
-// (never released: it must outlive every exception, including those raised at interpreter exit).
+// (never released: it must outlive every exception, including those raised at interpreter exit;
+// Note [python statics]).
+std::atomic<PyObject*> g_errors_module{nullptr};
 PyObject* errors_module() {
-  static PyObject* module = nb::module_::import_("mwms._errors").release().ptr();
-  return module;
+  return cached_object(g_errors_module, [] { return nb::module_::import_("mwms._errors"); });
 }
 
 void set_int(nb::dict& kw, const char* key, long long value) {

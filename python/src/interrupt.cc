@@ -84,9 +84,9 @@ void on_sigint(int signo, siginfo_t* info, void* context) {
 }
 
 // SIGINT's Python handler is the default one (it raises KeyboardInterrupt). With the GIL.
+std::atomic<PyObject*> g_signal_module{nullptr};  // Note [python statics]
 bool default_sigint_handler() {
-  static PyObject* signal_module = nb::module_::import_("signal").release().ptr();
-  nb::handle module(signal_module);
+  nb::handle module(cached_object(g_signal_module, [] { return nb::module_::import_("signal"); }));
   return module.attr("getsignal")(static_cast<int>(SIGINT))
       .is(module.attr("default_int_handler"));
 }
@@ -199,9 +199,14 @@ bool chain_sigint() {
   return ok;
 }
 
+std::atomic<unsigned long> g_main_ident{0};  // 0: not looked up yet (Note [python statics])
 bool on_main_thread() {
-  static const unsigned long main_ident = nb::cast<unsigned long>(
-      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  unsigned long main_ident = g_main_ident.load(std::memory_order_acquire);
+  if (main_ident == 0) {  // no guard: two threads may both look it up, with the same result
+    main_ident = nb::cast<unsigned long>(
+        nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+    g_main_ident.store(main_ident, std::memory_order_release);
+  }
   return PyThread_get_thread_ident() == main_ident;
 }
 
